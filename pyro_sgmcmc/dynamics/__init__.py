@@ -1,0 +1,31 @@
+"""Pure update rules of stochastic-gradient MCMC.
+
+Every rule acts on dictionaries of tensors (one entry per latent site, in unconstrained space),
+takes the gradient of the minibatch potential at the current position, a step size, a temperature
+and a :class:`torch.Generator`, and returns a new immutable state. Nothing here knows about Pyro:
+the kernels in :mod:`pyro_sgmcmc.kernels` adapt these rules to :class:`pyro.infer.MCMC`.
+"""
+
+from .psgld import PSGLDState, psgld_init, psgld_step
+from .sghmc import (
+    GradientNoiseEstimate,
+    SGHMCState,
+    sghmc_init,
+    sghmc_step,
+    update_gradient_noise_estimate,
+)
+from .sgld import SGLDState, sgld_init, sgld_step
+
+__all__ = [
+    "GradientNoiseEstimate",
+    "PSGLDState",
+    "SGHMCState",
+    "SGLDState",
+    "psgld_init",
+    "psgld_step",
+    "sghmc_init",
+    "sghmc_step",
+    "sgld_init",
+    "sgld_step",
+    "update_gradient_noise_estimate",
+]

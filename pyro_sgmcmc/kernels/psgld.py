@@ -1,0 +1,65 @@
+"""The preconditioned SGLD kernel."""
+
+from __future__ import annotations
+
+from .._validation import check_interval, check_positive
+from ..dynamics import PSGLDState, psgld_init, psgld_step
+from .base import StochasticGradientKernel, TensorDict
+
+
+class PSGLD(StochasticGradientKernel):
+    r"""Preconditioned SGLD (RMSprop diagonal) as a ``pyro.infer.MCMC`` kernel.
+
+    .. math::
+
+        V_t &= \beta V_{t-1} + (1-\beta)\, \bar g_t \odot \bar g_t, \quad
+        \bar g_t = \nabla \tilde U(\theta_t)/N, \qquad
+        G_t = \operatorname{diag}\big(1 \oslash (\lambda + \sqrt{V_t})\big), \\
+        \theta_{t+1} &= \theta_t - \epsilon_t G_t \nabla \tilde U(\theta_t)
+                        + \sqrt{2 \epsilon_t T G_t}\; \xi_t.
+
+    The drift correction :math:`\Gamma(\theta)` of the exact preconditioned diffusion is dropped,
+    as in Li et al.'s experiments, so the stationary distribution is :math:`\exp(-U/T)` only up to
+    a bias that vanishes as :math:`\epsilon \to 0` and :math:`\beta \to 1`. The preconditioner
+    adapts during warm-up and sampling alike.
+
+    Parameters
+    ----------
+    decay:
+        :math:`\beta \in [0, 1)`, the RMSprop decay (default 0.99).
+    epsilon:
+        :math:`\lambda > 0`, the diagonal bias (default 1e-5).
+    **kwargs:
+        The arguments of :class:`~pyro_sgmcmc.SGLD`.
+
+    References
+    ----------
+    C. Li, C. Chen, D. Carlson and L. Carin, "Preconditioned stochastic gradient Langevin
+    dynamics for deep neural networks", AAAI 2016.
+    """
+
+    algorithm = "pSGLD"
+
+    def __init__(
+        self, model, step_size=None, *, decay: float = 0.99, epsilon: float = 1e-5, **kwargs
+    ) -> None:
+        self.decay = check_interval("decay", decay, 0.0, 1.0, high_open=True)
+        self.epsilon = check_positive("epsilon", epsilon)
+        super().__init__(model, step_size, **kwargs)
+
+    def _init_state(self, position: TensorDict) -> PSGLDState:
+        return psgld_init(position)
+
+    def _step(
+        self, state: PSGLDState, gradient: TensorDict, step_size: float, temperature: float
+    ) -> PSGLDState:
+        return psgld_step(
+            state,
+            gradient,
+            step_size,
+            temperature,
+            self._generator,
+            num_data=self.num_data,
+            decay=self.decay,
+            epsilon=self.epsilon,
+        )

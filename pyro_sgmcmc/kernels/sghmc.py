@@ -1,0 +1,114 @@
+"""The SGHMC kernel."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from .._validation import check_interval, check_nonnegative
+from ..dynamics import (
+    GradientNoiseEstimate,
+    SGHMCState,
+    sghmc_init,
+    sghmc_step,
+    update_gradient_noise_estimate,
+)
+from .base import StochasticGradientKernel, TensorDict, check_friction
+
+
+class SGHMC(StochasticGradientKernel):
+    r"""Stochastic gradient HMC with friction as a ``pyro.infer.MCMC`` kernel.
+
+    .. math::
+
+        v_{t+1} &= (1 - \alpha)\, v_t - \eta_t \nabla \tilde U(\theta_t)
+                   + \sqrt{2 \eta_t (\alpha T - \hat\beta)_+}\; \xi_t, \\
+        \theta_{t+1} &= \theta_t + v_{t+1}, \qquad \xi_t \sim \mathcal N(0, I),
+
+    with :math:`\eta` = ``step_size`` (or ``learning_rate / N``), :math:`\alpha` = ``friction`` and
+    :math:`\hat\beta = \eta \hat V / 2` the optional estimate of the stochastic-gradient noise.
+    Momenta start at zero and are reset to zero after a divergence.
+
+    **Stationary distribution**: :math:`\theta \sim \exp(-U(\theta)/T)`,
+    :math:`v \sim \mathcal N(0, \eta T I)` as :math:`\eta \to 0`; no Metropolis-Hastings correction.
+    The friction term is what makes the stochastic-gradient dynamics sample the right distribution:
+    without it (naive SGHMC) the gradient noise heats the chain up.
+
+    Parameters
+    ----------
+    friction:
+        :math:`\alpha \in (0, 1]`, the fraction of momentum lost per step (Chen et al. use
+        0.01-0.1). ``friction = 1`` is SGLD with step size :math:`\eta`.
+    gradient_noise:
+        :math:`\hat\beta \ge 0` as a float (``0``, the default, ignores the gradient noise), or
+        ``"estimate"`` for an element-wise running estimate :math:`\hat\beta = \eta \hat V/2`.
+    gradient_noise_decay:
+        Decay :math:`\rho \in [0, 1)` of the running moments used by ``"estimate"``.
+    **kwargs:
+        The arguments of :class:`~pyro_sgmcmc.SGLD` (``step_size`` or ``learning_rate``,
+        ``batch_size``, ``num_steps_per_sample``, ``temperature``, ``seed``, ...).
+
+    References
+    ----------
+    T. Chen, E. B. Fox and C. Guestrin, "Stochastic gradient Hamiltonian Monte Carlo",
+    ICML 2014.
+    """
+
+    algorithm = "SGHMC"
+
+    def __init__(
+        self,
+        model,
+        step_size=None,
+        *,
+        friction: float = 0.05,
+        gradient_noise: float | Literal["estimate"] = 0.0,
+        gradient_noise_decay: float = 0.99,
+        **kwargs,
+    ) -> None:
+        self.friction = check_friction(friction)
+        if gradient_noise != "estimate":
+            gradient_noise = check_nonnegative("gradient_noise", gradient_noise)
+            if gradient_noise > self.friction:
+                raise ValueError(
+                    f"gradient_noise must lie in [0, friction] = [0, {self.friction}], "
+                    f"got {gradient_noise}"
+                )
+        self.gradient_noise = gradient_noise
+        self.gradient_noise_decay = check_interval(
+            "gradient_noise_decay", gradient_noise_decay, 0.0, 1.0, high_open=True
+        )
+        super().__init__(model, step_size, **kwargs)
+
+    def _reset_chain(self) -> None:
+        super()._reset_chain()
+        self._noise_estimate: GradientNoiseEstimate | None = None
+
+    def _init_state(self, position: TensorDict) -> SGHMCState:
+        return sghmc_init(position)
+
+    def _state_with_position(self, state: SGHMCState, position: TensorDict, reset: bool):
+        momentum = (
+            {k: torch.zeros_like(v) for k, v in position.items()} if reset else state.momentum
+        )
+        return SGHMCState(position, momentum)
+
+    def _step(
+        self, state: SGHMCState, gradient: TensorDict, step_size: float, temperature: float
+    ) -> SGHMCState:
+        beta = self.gradient_noise
+        if beta == "estimate":
+            self._noise_estimate = update_gradient_noise_estimate(
+                self._noise_estimate, gradient, self.gradient_noise_decay
+            )
+            beta = {k: 0.5 * step_size * v for k, v in self._noise_estimate.variance.items()}
+        return sghmc_step(
+            state,
+            gradient,
+            step_size,
+            self.friction,
+            temperature,
+            self._generator,
+            gradient_noise=beta,
+        )
