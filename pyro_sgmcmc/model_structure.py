@@ -109,9 +109,9 @@ def inspect_model(
     num_data = int(fn.size)
     if fn.subsample_size is not None and fn.subsample_size < fn.size:
         raise ModelContractError(
-            f"pyro.plate({plate_name!r}, {num_data}, subsample_size={fn.subsample_size}) subsamples "
-            "by itself; declare it without subsample_size: the kernel draws the minibatches "
-            "(and the same model then runs under NUTS on the full data)."
+            f"pyro.plate({plate_name!r}, {num_data}, subsample_size={fn.subsample_size}) "
+            "subsamples by itself; declare it without subsample_size: the kernel draws the "
+            "minibatches (and the same model then runs under NUTS on the full data)."
         )
     if num_data < 1:
         raise ModelContractError(f"the data plate {plate_name!r} has size {num_data}: no data")

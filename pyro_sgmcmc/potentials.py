@@ -74,7 +74,7 @@ class Potential:
         self._non_identity = {k: t for k, t in self.transforms.items() if not is_identity(t)}
 
     def constrain(self, unconstrained: Mapping[str, torch.Tensor]) -> tuple[TensorDict, Any]:
-        """Map to constrained space; also return :math:`\\log|\\det \\partial\\theta/\\partial z|`."""
+        """Map to constrained space; also return the log-Jacobian of the inverse transform."""
         constrained = dict(unconstrained)
         log_det = 0.0
         for name, transform in self._non_identity.items():
