@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 from pyro import poutine
-from torch.distributions.transforms import ComposeTransform, Transform
+from torch.distributions.transforms import ComposeTransform, IndependentTransform, Transform
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -56,7 +56,9 @@ class SupportsLogJoint(Protocol):
 
 
 def is_identity(transform: Transform) -> bool:
-    """Whether ``transform`` is the identity (``biject_to(constraints.real)``)."""
+    """Whether ``transform`` is the identity (``biject_to`` of ``real`` or ``real_vector``)."""
+    while isinstance(transform, IndependentTransform):
+        transform = transform.base_transform
     return isinstance(transform, ComposeTransform) and not transform.parts
 
 

@@ -22,7 +22,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from pyro.infer.mcmc.util import initialize_model
 from torch.distributions.transforms import Transform
 
-from .._validation import check_nonnegative, check_positive, check_positive_int
+from .._validation import check_interval, check_positive, check_positive_int
 from ..errors import SamplerDivergedError
 from ..gibbs import GibbsUpdate
 from ..model_structure import ModelStructure, check_finite_data, inspect_model
@@ -324,23 +324,27 @@ class StochasticGradientKernel(MCMCKernel):
         )
         self._num_steps += 1
         self._last_step_size = step_size
-        bad_sites = self._non_finite_sites(value, gradient)
-        if not bad_sites:
-            new_state = self._step(self._state, gradient, step_size, temperature)
-            bad_sites = [n for n, v in new_state.position.items() if not torch.isfinite(v).all()]
-            if not bad_sites:
-                self._state = new_state
-                self._last_potential = float(value)
-                self._consecutive_divergences = 0
-                if self._gibbs and self._num_steps % self._gibbs_every == 0:
-                    self._gibbs_step()
-                return sampling_phase
-        self._on_divergence(bad_sites)
+        new_state = self._step(self._state, gradient, step_size, temperature)
+        # One reduction per site: a NaN or infinity anywhere makes the total non-finite.
+        total = value
+        for site_value in new_state.position.values():
+            total = total + site_value.sum()
+        if math.isfinite(float(total)):
+            self._state = new_state
+            self._last_potential = float(value)
+            self._consecutive_divergences = 0
+            if self._gibbs and self._num_steps % self._gibbs_every == 0:
+                self._gibbs_step()
+        else:
+            self._on_divergence(self._non_finite_sites(value, gradient, new_state.position))
         return sampling_phase
 
     @staticmethod
-    def _non_finite_sites(value: torch.Tensor, gradient: TensorDict) -> list[str]:
+    def _non_finite_sites(
+        value: torch.Tensor, gradient: TensorDict, position: TensorDict
+    ) -> list[str]:
         bad = [name for name, g in gradient.items() if not torch.isfinite(g).all()]
+        bad = bad or [name for name, v in position.items() if not torch.isfinite(v).all()]
         if not bad and not torch.isfinite(value):
             bad = ["<potential energy>"]
         return bad
@@ -466,7 +470,4 @@ class StochasticGradientKernel(MCMCKernel):
 
 def check_friction(friction: float) -> float:
     """``friction`` must lie in ``(0, 1]`` in the :math:`(\\eta, \\alpha)` parameterisation."""
-    friction = check_nonnegative("friction", friction)
-    if not 0 < friction <= 1:
-        raise ValueError(f"friction must lie in (0, 1], got {friction}")
-    return friction
+    return check_interval("friction", friction, 0, 1, low_open=True)

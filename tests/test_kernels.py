@@ -1,0 +1,428 @@
+"""The SG-MCMC kernels inside pyro.infer.MCMC: statistics, reproducibility, faults."""
+
+from __future__ import annotations
+
+import math
+
+import arviz as az
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import MCMC
+from pyro.infer.autoguide import init_to_uniform
+from stats_helpers import (
+    ConjugateLinearRegression,
+    TraceOnly,
+    assert_covariance_close,
+    assert_mean_close,
+    regression_data,
+)
+
+from pyro_sgmcmc import PSGLD, SGHMC, SGLD, SamplerDivergedError, schedules
+from pyro_sgmcmc.potentials import LogJointPotential, TracePotential, potential_and_gradient
+
+# Step sizes for the conjugate regression (N = 1000, noise 0.5, posterior precision ~ 4000 I):
+# eps * lambda_max / 2 < 1% discretisation bias, and eps * s^2 / 2 ~ 2.5% extra variance from
+# minibatch gradients (B = 250, per-datum gradient variance ~ 4). The covariance test allows 5%.
+KERNELS = {
+    "sgld": lambda model, **kw: SGLD(model, step_size=4e-6, **kw),
+    "sghmc": lambda model, **kw: SGHMC(model, step_size=4e-7, friction=0.1, **kw),
+    "psgld": lambda model, **kw: PSGLD(model, step_size=6e-7, decay=0.99, **kw),
+}
+
+
+def _run(kernel, *args, num_samples=300, warmup=100, chains=1):
+    mcmc = MCMC(
+        kernel,
+        num_samples=num_samples,
+        warmup_steps=warmup,
+        num_chains=chains,
+        disable_progbar=True,
+    )
+    mcmc.run(*args)
+    return mcmc
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_conjugate_regression_posterior_two_chains(name):
+    x, y = regression_data(n=1000, d=5)
+    model = ConjugateLinearRegression()
+    mean, cov = model.posterior(x, y)
+    # pSGLD moves about step_size * N per step far from the mode (normalised gradients), so all
+    # kernels start within 0.5 of the origin and pSGLD gets a longer warm-up.
+    kernel = KERNELS[name](
+        model,
+        batch_size=250,
+        num_steps_per_sample=40,
+        seed=11,
+        init_strategy=init_to_uniform(radius=0.5),
+    )
+    warmup = 200 if name == "psgld" else 60
+    mcmc = _run(kernel, x, y, num_samples=300, warmup=warmup, chains=2)
+    draws = mcmc.get_samples(group_by_chain=True)["w"].double().numpy()
+    assert draws.shape == (2, 300, 5)
+    assert_mean_close(draws, mean, z=4.0)
+    assert_covariance_close(draws, cov, z=4.0, relative_bias=0.05)
+    rhat = az.rhat(az.convert_to_dataset(draws))["x"].values
+    assert np.all(rhat < 1.05), rhat
+    idata = az.from_pyro(mcmc)
+    assert idata.posterior["w"].shape == (2, 300, 5)
+    assert not idata.sample_stats["diverging"].values.any()
+
+
+def test_trace_path_samples_the_same_posterior():
+    x, y = regression_data(n=1000, d=5)
+    model = ConjugateLinearRegression()
+    mean, _ = model.posterior(x, y)
+    kernel = SGLD(TraceOnly(model), step_size=4e-6, batch_size=250, num_steps_per_sample=20)
+    assert kernel.potential == "auto"
+    mcmc = _run(kernel, x, y, num_samples=150, warmup=30)
+    assert isinstance(kernel._potential, type(None))  # cleaned up after the chain
+    draws = mcmc.get_samples(group_by_chain=True)["w"].double().numpy()
+    assert_mean_close(draws, mean, z=4.0)
+
+
+def normal_precision_model(y):
+    tau = pyro.sample("tau", dist.Gamma(2.0, 1.0))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(0.0, tau.rsqrt()), obs=y[idx])
+
+
+@pytest.mark.parametrize("name", ["sgld", "sghmc"])
+def test_constrained_site_matches_exact_gamma_posterior(name):
+    y = torch.randn(1000, generator=torch.Generator().manual_seed(5)) * 0.5
+    a, b = 2.0 + 500, 1.0 + 0.5 * float((y**2).sum())
+    exact_mean, exact_sd = a / b, math.sqrt(a) / b
+    # In log space the posterior sd is ~ 1/sqrt(a) ~ 0.045: steps sized for ~1% bias.
+    if name == "sgld":
+        kernel = SGLD(
+            normal_precision_model, step_size=2e-4, batch_size=100, num_steps_per_sample=20, seed=3
+        )
+    else:
+        kernel = SGHMC(
+            normal_precision_model,
+            step_size=2e-5,
+            friction=0.1,
+            batch_size=100,
+            num_steps_per_sample=20,
+            seed=3,
+        )
+    mcmc = _run(kernel, y, num_samples=400, warmup=50, chains=2)
+    tau = mcmc.get_samples(group_by_chain=True)["tau"].double().numpy()
+    assert np.all(tau > 0)
+    assert_mean_close(tau[..., None], np.array([exact_mean]), z=4.0, bias=0.03 * exact_sd)
+    assert abs(tau.std() - exact_sd) < 0.2 * exact_sd
+
+
+# ----------------------------------------------------------------------------- potentials
+def test_fast_and_trace_potentials_agree_and_prior_is_not_scaled():
+    x, y = regression_data(n=200, d=3)
+    model = ConjugateLinearRegression(prior_scale=2.0)
+    from pyro.infer.mcmc.util import initialize_model
+
+    _, _, transforms, _ = initialize_model(model, (x, y))
+    trace = TracePotential(model, (x, y), {}, transforms)
+    fast = LogJointPotential(model, (x, y), {}, transforms)
+    w = torch.tensor([0.3, -0.2, 0.5])
+    idx = torch.arange(0, 200, 5)
+    u_trace, g_trace = potential_and_gradient(trace, {"w": w}, idx, ("w",))
+    u_fast, g_fast = potential_and_gradient(fast, {"w": w}, idx, ("w",))
+    torch.testing.assert_close(u_trace, u_fast)
+    torch.testing.assert_close(g_trace["w"], g_fast["w"])
+    prior = dist.Normal(0.0, 2.0).log_prob(w).sum()
+    lik = dist.Normal(x[idx] @ w, 0.5).log_prob(y[idx]).sum() * (200 / len(idx))
+    torch.testing.assert_close(u_trace, -(prior + lik))
+
+
+def test_prior_of_site_inside_data_plate_is_refused():
+    """The plate pitfall: a latent site in the data plate would have its prior scaled by N/B."""
+
+    def pitfall(y):
+        with pyro.plate("data", y.shape[0]) as idx:
+            mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+            pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+
+    with pytest.raises(ValueError, match="'mu' is inside the data plate"):
+        _run(SGLD(pitfall, step_size=1e-3, batch_size=10), torch.randn(100), num_samples=2)
+
+
+# ----------------------------------------------------------------------------- behaviour
+def test_same_seed_same_draws_other_seed_other_draws():
+    x, y = regression_data(n=300, d=2)
+    model = ConjugateLinearRegression()
+    runs = []
+    for seed in (1, 1, 2):
+        kernel = SGHMC(model, step_size=1e-6, batch_size=50, num_steps_per_sample=3, seed=seed)
+        runs.append(_run(kernel, x, y, num_samples=20, warmup=5, chains=2).get_samples()["w"])
+    assert torch.equal(runs[0], runs[1])
+    assert not torch.equal(runs[0], runs[2])
+
+
+def test_global_seed_makes_unseeded_runs_reproducible():
+    x, y = regression_data(n=300, d=2)
+    model = ConjugateLinearRegression()
+    out = []
+    for _ in range(2):
+        pyro.set_rng_seed(7)
+        kernel = SGLD(model, step_size=1e-5, batch_size=50)
+        out.append(_run(kernel, x, y, num_samples=10, warmup=2).get_samples()["w"])
+    assert torch.equal(out[0], out[1])
+
+
+def test_chains_start_from_different_points():
+    x, y = regression_data(n=300, d=2)
+    kernel = SGLD(ConjugateLinearRegression(), step_size=1e-9, batch_size=50, seed=0)
+    draws = _run(kernel, x, y, num_samples=2, warmup=0, chains=2).get_samples(group_by_chain=True)[
+        "w"
+    ]
+    assert not torch.allclose(draws[0, 0], draws[1, 0])
+
+
+def test_learning_rate_is_per_datum():
+    x, y = regression_data(n=400, d=2)
+    kernel = SGLD(ConjugateLinearRegression(), learning_rate=0.004, batch_size=100)
+    _run(kernel, x, y, num_samples=1, warmup=0)
+    kernel.setup(0, x, y)
+    assert kernel.step_size_at(0) == pytest.approx(0.004 / 400)
+
+
+def test_cyclical_schedule_keeps_draws_only_in_sampling_phase():
+    x, y = regression_data(n=400, d=2)
+    schedule = schedules.CyclicalCosine(1e-5, cycle_length=10, exploration_fraction=0.5)
+    kernel = SGLD(
+        ConjugateLinearRegression(), step_size=schedule, batch_size=100, num_steps_per_sample=3
+    )
+    mcmc = _run(kernel, x, y, num_samples=20, warmup=0)
+    steps = mcmc.diagnostics()["num_steps"]["chain 0"]
+    step_sizes = mcmc.diagnostics()["step_size"]["chain 0"]
+    # each kept draw was made at a step in the second half of a cycle: step size < initial / 2
+    assert torch.all(step_sizes <= 0.5 * 1e-5 + 1e-12)
+    assert steps > 20 * 3
+
+
+def test_diagnostics_have_divergences_and_per_draw_stats():
+    x, y = regression_data(n=200, d=2)
+    mcmc = _run(
+        SGLD(ConjugateLinearRegression(), step_size=1e-5, batch_size=50),
+        x,
+        y,
+        num_samples=15,
+        warmup=5,
+    )
+    diag = mcmc.diagnostics()
+    assert diag["divergences"] == {"chain 0": []}
+    for key in ("step_size", "temperature", "potential_energy"):
+        assert diag[key]["chain 0"].shape == (15,)
+        assert torch.isfinite(diag[key]["chain 0"]).all()
+
+
+class FlakyModel(ConjugateLinearRegression):
+    """Returns a NaN log density on chosen calls of the fast path."""
+
+    def __init__(self, bad_calls):
+        super().__init__()
+        self.bad_calls = set(bad_calls)
+        self.calls = 0
+
+    def log_joint(self, params, subsample, x, y):
+        self.calls += 1
+        value = super().log_joint(params, subsample, x, y)
+        return value * math.nan if self.calls in self.bad_calls else value
+
+
+def test_single_divergence_is_recorded_and_chain_continues():
+    x, y = regression_data(n=200, d=2)
+    model = FlakyModel(bad_calls={13})
+    kernel = SGLD(model, step_size=1e-5, batch_size=50, num_steps_per_sample=2)
+    mcmc = _run(kernel, x, y, num_samples=20, warmup=2)
+    samples = mcmc.get_samples()["w"]
+    assert torch.isfinite(samples).all()
+    diag = mcmc.diagnostics()
+    # call 13 is gradient step 13 (after the two draws of warm-up = 4 steps): draw (13-1)//2 - 2
+    assert diag["divergences"]["chain 0"] == [4]
+    assert diag["divergent_steps"]["chain 0"] == [13]
+
+
+def test_persistent_divergence_raises_with_iteration_sites_and_draws():
+    x, y = regression_data(n=200, d=2)
+    model = FlakyModel(bad_calls=range(31, 10_000))
+    kernel = SGLD(model, step_size=1e-5, batch_size=50, max_consecutive_divergences=5)
+    with pytest.raises(SamplerDivergedError, match=r"up to step 35 .*sites \['w'\]") as info:
+        _run(kernel, x, y, num_samples=50, warmup=10)
+    error = info.value
+    assert error.iteration == 35 and error.sites == ("w",)
+    # steps 1-30 are good (10 warm-up draws + 20 kept); steps 31-34 diverge, each keeps the last
+    # finite position as its draw; step 35 is the fifth divergence in a row and raises.
+    draws = error.draws["w"]
+    assert draws.shape == (24, 2)
+    assert torch.isfinite(draws).all()
+    assert torch.equal(draws[-1], draws[19]) and not torch.equal(draws[19], draws[18])
+
+
+def test_overflow_from_a_huge_step_is_a_divergence():
+    x, y = regression_data(n=200, d=2)
+    kernel = SGLD(
+        ConjugateLinearRegression(), step_size=1e3, batch_size=50, max_consecutive_divergences=3
+    )
+    with pytest.raises(SamplerDivergedError):
+        _run(kernel, x, y, num_samples=400, warmup=0)
+
+
+def test_hand_written_gibbs_update_is_applied():
+    """A Gibbs block is removed from the dynamics and redrawn every ``gibbs_every`` steps."""
+    y = torch.randn(500, generator=torch.Generator().manual_seed(1)) * 2.0 + 1.0
+
+    def model(y):
+        mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+        tau = pyro.sample("tau", dist.Gamma(1.0, 1.0))
+        with pyro.plate("data", y.shape[0]) as idx:
+            pyro.sample("obs", dist.Normal(mu, tau.rsqrt()), obs=y[idx])
+
+    class TauUpdate:
+        sites = ("tau",)
+        calls = 0
+
+        def sample(self, params, generator, y):
+            TauUpdate.calls += 1
+            rate = 1.0 + 0.5 * ((y - params["mu"]) ** 2).sum()
+            shape = torch.tensor(1.0 + 0.5 * y.shape[0])
+            from pyro_sgmcmc.gibbs import with_generator
+
+            return {"tau": with_generator(generator, lambda: dist.Gamma(shape, rate).sample())}
+
+    kernel = SGLD(
+        model,
+        step_size=2e-4,
+        batch_size=100,
+        num_steps_per_sample=5,
+        gibbs_updates=[TauUpdate()],
+        seed=0,
+    )
+    mcmc = _run(kernel, y, num_samples=200, warmup=50)
+    assert TauUpdate.calls == (250 * 5) // 5  # once an epoch: 500 / 100 = 5 steps
+    tau = mcmc.get_samples()["tau"]
+    assert abs(float(tau.mean()) - 0.25) < 0.05
+
+
+# ----------------------------------------------------------------------------- bad input
+def _model_ok(x, y):
+    ConjugateLinearRegression()(x, y)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"step_size": 0.0}, ValueError, r"step_size must be > 0"),
+        ({"step_size": -1.0}, ValueError, r"step_size must be > 0"),
+        ({"step_size": float("nan")}, ValueError, r"step_size must be finite"),
+        ({}, ValueError, r"exactly one of step_size"),
+        ({"step_size": 1e-3, "learning_rate": 1e-3}, ValueError, r"exactly one of step_size"),
+        ({"step_size": 1e-3, "batch_size": 0}, ValueError, r"batch_size must be an integer >= 1"),
+        ({"step_size": 1e-3, "batch_size": 2.5}, TypeError, r"batch_size"),
+        ({"step_size": 1e-3, "temperature": 0.0}, ValueError, r"temperature must be > 0"),
+        ({"step_size": 1e-3, "num_steps_per_sample": 0}, ValueError, r"num_steps_per_sample"),
+        ({"step_size": 1e-3, "seed": -1}, ValueError, r"seed must be an integer >= 0"),
+        ({"step_size": 1e-3, "potential": "fast"}, ValueError, r"potential must be one of"),
+        ({"step_size": 1e-3, "gibbs_every": 0}, ValueError, r"gibbs_every"),
+        ({"step_size": 1e-3, "max_consecutive_divergences": 0}, ValueError, r"max_consecutive"),
+    ],
+)
+def test_sgld_rejects_bad_arguments(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        SGLD(_model_ok, **kwargs)
+
+
+@pytest.mark.parametrize("friction", [0.0, -0.1, 1.5])
+def test_sghmc_rejects_friction_outside_unit_interval(friction):
+    with pytest.raises(ValueError, match=r"friction must lie in \(0, 1\]"):
+        SGHMC(_model_ok, step_size=1e-3, friction=friction)
+
+
+def test_sghmc_rejects_gradient_noise_above_friction():
+    with pytest.raises(ValueError, match=r"gradient_noise must lie in \[0, friction\]"):
+        SGHMC(_model_ok, step_size=1e-3, friction=0.1, gradient_noise=0.2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"decay": 1.0}, r"decay must lie in \[0.0, 1.0\)"),
+        ({"epsilon": 0.0}, r"epsilon must be > 0"),
+    ],
+)
+def test_psgld_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        PSGLD(_model_ok, step_size=1e-3, **kwargs)
+
+
+def test_batch_size_larger_than_data_is_refused_at_setup():
+    x, y = regression_data(n=50, d=2)
+    with pytest.raises(ValueError, match=r"batch_size must lie in \[1, N\] = \[1, 50\]"):
+        _run(SGLD(_model_ok, step_size=1e-3, batch_size=51), x, y, num_samples=1)
+
+
+def test_schedule_that_goes_non_positive_is_refused():
+    x, y = regression_data(n=50, d=2)
+    kernel = SGLD(_model_ok, step_size=lambda t: 1e-4 - 1e-5 * t, batch_size=10)
+    with pytest.raises(ValueError, match=r"must stay > 0 .* step_size\(10\) = "):
+        _run(kernel, x, y, num_samples=20)
+
+
+def _no_plate(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+    pyro.sample("obs", dist.Normal(mu, 1.0).expand([len(y)]).to_event(1), obs=y)
+
+
+def _other_plate(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+    with pyro.plate("rows", len(y)) as idx:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+
+
+def _self_subsampling(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", len(y), subsample_size=10) as idx:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+
+
+def _not_indexed(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", len(y)):
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+
+
+def _discrete(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+    k = pyro.sample("k", dist.Bernoulli(0.5))
+    with pyro.plate("data", len(y)) as idx:
+        pyro.sample("obs", dist.Normal(mu + k, 1.0), obs=y[idx])
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (_no_plate, r"no pyro.plate named 'data'.*plates found: none"),
+        (_other_plate, r"no pyro.plate named 'data'.*\['rows'\]"),
+        (_self_subsampling, r"subsample_size=10\) subsamples by itself"),
+        (_not_indexed, r"(not indexed by the plate|Index the data with the plate)"),
+        (_discrete, r"latent site 'k' is discrete"),
+    ],
+)
+def test_models_breaking_the_contract_are_refused(model, message):
+    with pytest.raises(ValueError, match=message):
+        _run(SGLD(model, step_size=1e-3, batch_size=10), torch.randn(40), num_samples=1)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (torch.tensor([1.0, float("nan"), 2.0]), r"args\[0\] contains 1 NaN or infinite"),
+        (torch.tensor([1.0, float("inf")]), r"args\[0\] contains 1 NaN or infinite"),
+        (torch.tensor([]), r"args\[0\] is an empty tensor"),
+    ],
+)
+def test_bad_data_is_refused(data, message):
+    with pytest.raises(ValueError, match=message):
+        _run(SGLD(_other_plate, step_size=1e-3), data, num_samples=1)
