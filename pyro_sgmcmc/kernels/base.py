@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
@@ -23,6 +24,7 @@ from pyro.infer.mcmc.util import initialize_model
 from torch.distributions.transforms import Transform
 
 from .._validation import check_interval, check_positive, check_positive_int
+from ..conjugate import find_normal_gamma_updates
 from ..errors import SamplerDivergedError
 from ..gibbs import GibbsUpdate
 from ..model_structure import ModelStructure, check_finite_data, inspect_model
@@ -228,6 +230,7 @@ class StochasticGradientKernel(MCMCKernel):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.chain_seed)
             structure = inspect_model(self.model, args, kwargs, self.subsample_plate)
+            gibbs = self._resolve_gibbs(args, kwargs)
             initial_params, _, transforms, _ = initialize_model(
                 self.model,
                 model_args=args,
@@ -259,7 +262,13 @@ class StochasticGradientKernel(MCMCKernel):
                 self.model, args, kwargs, self.transforms, self.subsample_plate
             )
 
-        self._gibbs = self._resolve_gibbs()
+        self._gibbs = gibbs
+        if self._gibbs and self.temperature != 1.0:
+            warnings.warn(
+                f"temperature={self.temperature} with Gibbs updates: the Gibbs blocks draw from "
+                "their untempered (T = 1) conditionals",
+                stacklevel=2,
+            )
         gibbs_sites = {site for update in self._gibbs for site in update.sites}
         unknown = gibbs_sites - set(structure.latent_sites)
         if unknown:
@@ -273,12 +282,15 @@ class StochasticGradientKernel(MCMCKernel):
             self._gibbs_every = self.gibbs_every
         self._args, self._kwargs = args, kwargs
 
-    def _resolve_gibbs(self) -> list[GibbsUpdate]:
+    def _resolve_gibbs(self, args: tuple, kwargs: Mapping[str, Any]) -> list[GibbsUpdate]:
+        """The Gibbs blocks: given, declared by the model, or found in its trace (``"auto"``)."""
         if self._gibbs_arg is None:
             return []
         if self._gibbs_arg == "auto":
             factory = getattr(self.model, "gibbs_updates", None)
-            return list(factory()) if callable(factory) else []
+            if callable(factory):
+                return list(factory())
+            return list(find_normal_gamma_updates(self.model, *args, **kwargs))
         return list(self._gibbs_arg)
 
     def step_size_at(self, t: int) -> float:

@@ -1,0 +1,53 @@
+"""Helpers shared by the benchmark scripts: data, timing, JSON output and the result table."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def fashion_mnist_or_synthetic(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """Fashion-MNIST training set (pixels / 255), or synthetic data of the same shape."""
+    try:
+        from pyro_sgmcmc.datasets import load_dataset
+
+        data = load_dataset("fashion_mnist", seed=seed)
+        return data.x_train.reshape(-1, 784).float(), data.y_train.long(), "fashion_mnist"
+    except Exception:  # the data set is optional: fall back to the same shape
+        generator = torch.Generator().manual_seed(seed)
+        x = torch.rand(60000, 784, generator=generator)
+        y = torch.randint(0, 10, (60000,), generator=generator)
+        return x, y, "synthetic (Fashion-MNIST not installed)"
+
+
+def machine() -> dict:
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def write_json(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"benchmark": name, "machine": machine(), "time": time.time(), **payload}
+    path.write_text(json.dumps(payload, indent=2))
+    return path
+
+
+def print_table(rows: list[dict], columns: list[str]) -> None:
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    print(" | ".join(c.ljust(widths[c]) for c in columns))
+    print("-+-".join("-" * widths[c] for c in columns))
+    for row in rows:
+        print(" | ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))

@@ -1,0 +1,148 @@
+"""Seconds per SGHMC step through ``pyro.infer.MCMC`` against a plain torch SGD step.
+
+Workload (issue W1): MLP 784-100-10, sigmoid hidden layer, N(0, 1) priors, Fashion-MNIST train
+(60000 rows, pixels / 255; synthetic data of the same shape when the data set is missing), batch
+500. The baseline is a plain torch step on the same net and batch: zero_grad, forward,
+cross-entropy x N/B + Gaussian prior, backward, ``torch.optim.SGD.step``. Both fetch their
+minibatch rows by index. The two are interleaved, ``--repeats`` x ``--steps`` steps each; the
+table reports medians and their ratio. SGHMC is timed inside ``MCMC.run`` with its ``hook_fn``
+(from the first kept draw to the last), so set-up is excluded from the steady-state figure and
+reported separately.
+
+Run: ``python benchmarks/step_overhead.py [--steps 500 --repeats 5]``; writes
+``benchmarks/results/step_overhead.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from _common import fashion_mnist_or_synthetic, print_table, write_json
+from pyro.infer import MCMC
+
+from pyro_sgmcmc import SGHMC
+from pyro_sgmcmc.nn import BayesianMLP
+
+TARGET = 1.15
+
+
+def time_baseline(x, y, batch_size, steps, generator) -> float:
+    n = x.shape[0]
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(784, 100), torch.nn.Sigmoid(), torch.nn.Linear(100, 10))
+    optimizer = torch.optim.SGD(net.parameters(), lr=1e-6)
+    scale = n / batch_size
+    permutation = torch.randperm(n, generator=generator)
+
+    def step(i):
+        idx = permutation[(i * batch_size) % (n - batch_size) :][:batch_size]
+        xb, yb = x[idx], y[idx]
+        optimizer.zero_grad()
+        loss = F.cross_entropy(net(xb), yb, reduction="sum") * scale
+        loss = loss + 0.5 * sum(p.square().sum() for p in net.parameters())
+        loss.backward()
+        optimizer.step()
+
+    for i in range(20):
+        step(i)
+    start = time.perf_counter()
+    for i in range(steps):
+        step(i)
+    return (time.perf_counter() - start) / steps
+
+
+def time_sghmc(model, x, y, batch_size, steps, potential) -> tuple[float, float]:
+    steps_per_sample = 50
+    draws = steps // steps_per_sample + 1
+    stamps: list[float] = []
+    kernel = SGHMC(
+        model,
+        learning_rate=1e-3,
+        friction=0.05,
+        batch_size=batch_size,
+        num_steps_per_sample=steps_per_sample,
+        potential=potential,
+        seed=0,
+    )
+    mcmc = MCMC(
+        kernel,
+        num_samples=draws,
+        warmup_steps=0,
+        disable_progbar=True,
+        hook_fn=lambda *args: stamps.append(time.perf_counter()),
+    )
+    start = time.perf_counter()
+    mcmc.run(x, y)
+    total = time.perf_counter() - start
+    per_step = (stamps[-1] - stamps[0]) / ((draws - 1) * steps_per_sample)
+    setup = stamps[0] - start - per_step * steps_per_sample
+    return per_step, setup if total > 0 else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--trace", action="store_true", help="also time Pyro's trace potential")
+    args = parser.parse_args()
+
+    x, y, source = fashion_mnist_or_synthetic()
+    model = BayesianMLP(784, [100], 10, activation="sigmoid", likelihood="categorical")
+    generator = torch.Generator().manual_seed(0)
+    baseline, fast, trace, setups = [], [], [], []
+    for _ in range(args.repeats):
+        baseline.append(time_baseline(x, y, args.batch_size, args.steps, generator))
+        per_step, setup = time_sghmc(model, x, y, args.batch_size, args.steps, "log_joint")
+        fast.append(per_step)
+        setups.append(setup)
+        if args.trace:
+            trace.append(time_sghmc(model, x, y, args.batch_size, args.steps, "trace")[0])
+
+    base = statistics.median(baseline)
+    rows = [
+        {"method": "torch SGD step (baseline)", "ms/step": f"{1e3 * base:.3f}", "ratio": "1.00"},
+        {
+            "method": "SGHMC via MCMC, fast path",
+            "ms/step": f"{1e3 * statistics.median(fast):.3f}",
+            "ratio": f"{statistics.median(fast) / base:.2f}",
+            "target": f"<= {TARGET}",
+            "pass": statistics.median(fast) / base <= TARGET,
+        },
+    ]
+    if trace:
+        rows.append(
+            {
+                "method": "SGHMC via MCMC, Pyro trace",
+                "ms/step": f"{1e3 * statistics.median(trace):.3f}",
+                "ratio": f"{statistics.median(trace) / base:.2f}",
+            }
+        )
+    print(f"data: {source}; batch {args.batch_size}; {args.repeats} x {args.steps} steps")
+    print(f"SGHMC set-up (model inspection, initialisation): {statistics.median(setups):.2f} s")
+    print_table(rows, ["method", "ms/step", "ratio", "target", "pass"])
+    path = write_json(
+        "step_overhead",
+        {
+            "data": source,
+            "batch_size": args.batch_size,
+            "steps": args.steps,
+            "repeats": args.repeats,
+            "baseline_s_per_step": baseline,
+            "sghmc_fast_s_per_step": fast,
+            "sghmc_trace_s_per_step": trace,
+            "sghmc_setup_s": setups,
+            "ratio_fast": statistics.median(fast) / base,
+            "ratio_trace": statistics.median(trace) / base if trace else None,
+            "target": TARGET,
+        },
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

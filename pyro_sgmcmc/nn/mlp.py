@@ -1,0 +1,335 @@
+r"""A Bayesian multi-layer perceptron as a Pyro model (``PyroModule`` with ``PyroSample`` priors).
+
+The model, for layers :math:`l = 0, \dots, L-1` with weights :math:`W_l` and biases :math:`b_l`,
+
+.. math::
+
+    h_0 = x, \qquad h_{l+1} = \phi(W_l h_l + b_l) \ (l < L-1), \qquad
+    f_\theta(x) = W_{L-1} h_{L-1} + b_{L-1}, \qquad
+    y_i \mid \theta \sim p(y \mid f_\theta(x_i)),
+
+with the priors of :mod:`pyro_sgmcmc.nn.priors` on :math:`\theta = \{W_l, b_l\}` and a head of
+:mod:`pyro_sgmcmc.nn.likelihoods`.
+
+It follows the data-plate contract of the SG-MCMC kernels: the network is evaluated *outside*
+``pyro.plate("data", N)`` on the rows the plate yields (a minibatch when a kernel conditions the
+plate's index site, all rows under NUTS, SVI or ``Predictive``), and only the observation sits
+inside the plate, so no prior is ever scaled by :math:`N/B`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pyro
+import torch
+import torch.nn.functional as F
+from pyro.nn import PyroModule
+from torch import nn
+
+from .._validation import check_positive_int
+from ..conjugate import NormalGammaPrecisionUpdate, NormalNoisePrecisionUpdate
+from ..gibbs import GibbsUpdate
+from .likelihoods import (
+    CategoricalLikelihood,
+    HeteroscedasticNormalLikelihood,
+    Likelihood,
+    NormalLikelihood,
+)
+from .priors import GammaPrecision, NormalPrior, Prior, ScaleMixturePrior
+
+__all__ = ["ACTIVATIONS", "BayesianMLP"]
+
+#: Activations known by name.
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "tanh": torch.tanh,
+    "relu": torch.relu,
+    "sigmoid": torch.sigmoid,
+    "softplus": F.softplus,
+    "elu": F.elu,
+    "gelu": F.gelu,
+    "silu": F.silu,
+}
+
+_LIKELIHOODS: dict[str, Callable[[], Likelihood]] = {
+    "normal": NormalLikelihood,
+    "heteroscedastic": HeteroscedasticNormalLikelihood,
+    "categorical": CategoricalLikelihood,
+}
+
+_PRIORS: dict[str, Callable[[], Prior]] = {
+    "normal": NormalPrior,
+    "scale_mixture": ScaleMixturePrior,
+    "gamma_precision": GammaPrecision,
+}
+
+
+def _resolve(value: Any, table: Mapping[str, Callable[[], Any]], kind: type, name: str) -> Any:
+    if isinstance(value, str):
+        if value not in table:
+            raise ValueError(
+                f"{name} must be one of {sorted(table)} or a {kind.__name__}, got {value!r}"
+            )
+        return table[value]()
+    if not isinstance(value, kind):
+        raise ValueError(
+            f"{name} must be one of {sorted(table)} or a {kind.__name__}, got {value!r}"
+        )
+    return value
+
+
+class BayesianMLP(PyroModule):
+    r"""Fully connected Bayesian neural network; a Pyro model ``model(x, y=None)``.
+
+    Latent sites (names as they appear in ``mcmc.get_samples()`` and in ArviZ):
+    ``layers.{l}.weight`` (shape ``(out, in)``), ``layers.{l}.bias`` (shape ``(out,)``), with
+    :class:`GammaPrecision` also ``layers.{l}.weight_precision`` and ``layers.{l}.bias_precision``,
+    and the head's noise site ``noise_precision`` or ``noise_scale`` when it has one.
+
+    Observed site ``obs`` and deterministic site ``output`` (the network output
+    :math:`f_\theta(x)` of shape ``(rows, outputs)``: the mean, or mean and log-variance, or the
+    logits) sit inside ``pyro.plate("data", N)``; ``forward`` also returns ``output``.
+    ``pyro.infer.Predictive(model, posterior_samples=...)(x)`` therefore yields ``obs`` and
+    ``output`` per draw, and :func:`pyro_sgmcmc.predictive.posterior_predictive` computes the
+    predictive summaries directly from the draws with :meth:`functional_forward`.
+
+    Parameters
+    ----------
+    in_features:
+        Input dimension, ``>= 1``.
+    hidden_features:
+        Widths of the hidden layers (each ``>= 1``; may be empty for a generalised linear model).
+    out_features:
+        Number of responses :math:`D` (regression) or classes :math:`K` (classification), ``>= 1``.
+    activation:
+        A name in :data:`ACTIVATIONS` or a callable applied element-wise after each hidden layer.
+    likelihood:
+        ``"normal"`` (fixed :math:`\sigma = 1`), ``"heteroscedastic"``, ``"categorical"`` or a
+        head object such as ``NormalLikelihood(precision=GammaPrecision(1.0, 0.1))``.
+    prior:
+        ``"normal"`` (:math:`\mathcal N(0, 1)`), ``"scale_mixture"``, ``"gamma_precision"`` (with
+        default arguments) or a prior object such as ``NormalPrior(0.5)``,
+        ``ScaleMixturePrior(0.5, 1.0, 0.01)`` or ``GammaPrecision(1.0, 1.0)``.
+
+    Examples
+    --------
+    >>> model = BayesianMLP(4, [8], 3, likelihood="categorical", prior=GammaPrecision(1.0, 1.0))
+    >>> [update.sites for update in model.gibbs_updates()][:2]
+    [('layers.0.weight_precision',), ('layers.0.bias_precision',)]
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: Sequence[int],
+        out_features: int,
+        activation: str | Callable[[torch.Tensor], torch.Tensor] = "tanh",
+        likelihood: str | Likelihood = "normal",
+        prior: str | Prior = "normal",
+    ) -> None:
+        super().__init__()
+        in_features = check_positive_int("in_features", in_features)
+        out_features = check_positive_int("out_features", out_features)
+        if isinstance(hidden_features, int):
+            hidden_features = [hidden_features]
+        hidden = [check_positive_int("hidden_features[i]", h) for h in hidden_features]
+        if isinstance(activation, str):
+            if activation not in ACTIVATIONS:
+                raise ValueError(
+                    f"activation must be one of {sorted(ACTIVATIONS)} or a callable, "
+                    f"got {activation!r}"
+                )
+            activation_fn = ACTIVATIONS[activation]
+        elif callable(activation):
+            activation_fn = activation
+        else:
+            raise ValueError(f"activation must be a name or a callable, got {activation!r}")
+        self.head: Likelihood = _resolve(likelihood, _LIKELIHOODS, Likelihood, "likelihood")
+        self.prior: Prior = _resolve(prior, _PRIORS, Prior, "prior")
+        if self.head.is_classifier and out_features < 2:
+            raise ValueError(f"out_features must be >= 2 for a classifier, got {out_features}")
+        self.in_features = in_features
+        self.hidden_features = tuple(hidden)
+        self.out_features = out_features
+        self.activation = activation_fn
+
+        sizes = [in_features, *hidden, out_features * self.head.outputs_per_response]
+        self.layers = PyroModule[nn.ModuleList](
+            [PyroModule[nn.Linear](a, b) for a, b in itertools.pairwise(sizes)]
+        )
+        layer_sites, group_sites, sites = [], [], []
+        for index, layer in enumerate(self.layers):
+            names = []
+            for attr, shape in (
+                ("weight", (layer.out_features, layer.in_features)),
+                ("bias", (layer.out_features,)),
+            ):
+                hyper = self.prior.attach(layer, attr, shape)
+                site = f"layers.{index}.{attr}"
+                sites += [f"layers.{index}.{h}" for h in hyper] + [site]
+                names.append(site)
+            layer_sites.append(tuple(names))
+            group_sites += names
+        sites += list(self.head.attach(self))
+        self._layer_sites: tuple[tuple[str, str], ...] = tuple(layer_sites)
+        self._group_sites: tuple[str, ...] = tuple(group_sites)
+        self._latent_sites: tuple[str, ...] = tuple(sites)
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def latent_sites(self) -> tuple[str, ...]:
+        """Names of the latent sites, in the order the model samples them."""
+        return self._latent_sites
+
+    @property
+    def likelihood(self) -> Likelihood:
+        """The likelihood head."""
+        return self.head
+
+    def site_shapes(self) -> dict[str, torch.Size]:
+        """Shape of one draw of each latent site."""
+        shapes: dict[str, torch.Size] = {}
+        for index, layer in enumerate(self.layers):
+            for attr, shape in (
+                ("weight", (layer.out_features, layer.in_features)),
+                ("bias", (layer.out_features,)),
+            ):
+                for hyper in self.prior.hyper_sites(attr):
+                    shapes[f"layers.{index}.{hyper}"] = torch.Size()
+                shapes[f"layers.{index}.{attr}"] = torch.Size(shape)
+        for name in self._latent_sites:
+            shapes.setdefault(name, torch.Size())
+        return {name: shapes[name] for name in self._latent_sites}
+
+    # ------------------------------------------------------------------ Pyro model
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the model on the rows the data plate yields; return the network output there."""
+        data_plate = pyro.plate("data", x.shape[0])
+        idx = data_plate.indices
+        h = x[idx]
+        last = len(self.layers) - 1
+        for index, layer in enumerate(self.layers):
+            h = F.linear(h, layer.weight, layer.bias)
+            if index < last:
+                h = self.activation(h)
+        obs_dist = self.head.distribution(h, self, self.out_features)
+        with data_plate:
+            pyro.deterministic("output", h, event_dim=1)
+            pyro.sample("obs", obs_dist, obs=None if y is None else y[idx])
+        return h
+
+    # ------------------------------------------------------------------ fast path
+    def functional_forward(
+        self, params: Mapping[str, torch.Tensor], x: torch.Tensor
+    ) -> torch.Tensor:
+        r"""Network output :math:`f_\theta(x)` for constrained ``params``, in plain torch.
+
+        ``params`` may carry leading draw dimensions (e.g. ``(S, out, in)`` weights); the output
+        then has shape ``(S, rows, outputs)``.
+        """
+        h = x
+        last = len(self._layer_sites) - 1
+        for index, (w_site, b_site) in enumerate(self._layer_sites):
+            w, b = params[w_site], params[b_site]
+            if w.dim() == 2:
+                h = F.linear(h, w, b)
+            else:
+                h = torch.matmul(h, w.transpose(-1, -2)) + b.unsqueeze(-2)
+            if index < last:
+                h = self.activation(h)
+        return h
+
+    def log_prior(self, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """:math:`\\log p(\\theta)`: weights, biases, their hyper-parameters and the noise site."""
+        prior = self.prior
+        total = prior.log_prob(params, self._group_sites[0])
+        for site in self._group_sites[1:]:
+            total = total + prior.log_prob(params, site)
+        return total + self.head.log_prior(params)
+
+    def log_joint(
+        self,
+        params: Mapping[str, torch.Tensor],
+        subsample: torch.Tensor | None,
+        x: torch.Tensor,
+        y: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        r"""Minibatch log joint density (the fast path of the SG-MCMC kernels).
+
+        .. math::
+
+            \log p(\theta) + \frac{N}{B} \sum_{i \in S} \log p(y_i \mid f_\theta(x_i)),
+
+        for constrained ``params`` keyed by site name and the rows ``subsample`` (``None``: all
+        ``N`` rows, :math:`B = N`). Plain torch, no effect handlers; equal to the log density of
+        the model's Pyro trace with the data plate conditioned on ``subsample``.
+        """
+        if y is None:
+            raise ValueError("log_joint needs the targets y")
+        if subsample is None:
+            xb, yb, scale = x, y, 1.0
+        else:
+            xb, yb = x[subsample], y[subsample]
+            scale = x.shape[0] / subsample.shape[0]
+        output = self.functional_forward(params, xb)
+        log_lik = self.head.log_likelihood(output, yb, params, self.out_features)
+        return self.log_prior(params) + scale * log_lik
+
+    # ------------------------------------------------------------------ Gibbs steps
+    def gibbs_updates(self) -> list[GibbsUpdate]:
+        """Exact conditional updates of the Gamma precisions, derived from the declared priors.
+
+        One :class:`~pyro_sgmcmc.conjugate.NormalGammaPrecisionUpdate` per weight group when the
+        prior is :class:`GammaPrecision`, and a
+        :class:`~pyro_sgmcmc.conjugate.NormalNoisePrecisionUpdate` when the head is a
+        :class:`NormalLikelihood` with a Gamma noise precision. Empty otherwise.
+        """
+        updates: list[GibbsUpdate] = []
+        if isinstance(self.prior, GammaPrecision):
+            for site in self._group_sites:
+                (precision_site,) = self.prior.hyper_sites(site)
+                updates.append(
+                    NormalGammaPrecisionUpdate(
+                        precision_site, (site,), self.prior.alpha, self.prior.beta
+                    )
+                )
+        head = self.head
+        if isinstance(head, NormalLikelihood) and head.precision is not None:
+            updates.append(
+                NormalNoisePrecisionUpdate(
+                    "noise_precision",
+                    head.precision.alpha,
+                    head.precision.beta,
+                    residuals=self.residuals,
+                    num_data=_num_rows,
+                )
+            )
+        return updates
+
+    def residuals(
+        self,
+        params: Mapping[str, torch.Tensor],
+        rows: slice | torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Residuals :math:`y - \\mu_\\theta(x)` of the rows ``rows`` (Normal heads)."""
+        if y is None:
+            raise ValueError("residuals need the targets y")
+        mean = self.functional_forward(params, x[rows])[..., : self.out_features]
+        if self.out_features == 1:
+            mean = mean.squeeze(-1)
+        return y[rows] - mean
+
+    def __repr__(self) -> str:
+        sizes = [self.in_features, *self.hidden_features, self.out_features]
+        return (
+            f"BayesianMLP({'-'.join(map(str, sizes))}, likelihood={self.head!r}, "
+            f"prior={self.prior!r})"
+        )
+
+
+def _num_rows(x: torch.Tensor, *args: Any, **kwargs: Any) -> int:
+    return int(x.shape[0])
