@@ -13,7 +13,7 @@ from .conjugate import (
 from .errors import ModelContractError, SamplerDivergedError
 from .gibbs import GibbsUpdate
 from .initialization import find_map, init_to_prior
-from .kernels import PSGLD, SGHMC, SGLD, StochasticGradientKernel
+from .kernels import PSGLD, SGHMC, SGLD, ConstantSGD, StochasticGradientKernel
 from .nn import (
     BayesianMLP,
     CategoricalLikelihood,
@@ -33,6 +33,7 @@ __all__ = [
     "SGLD",
     "BayesianMLP",
     "CategoricalLikelihood",
+    "ConstantSGD",
     "GammaPrecision",
     "GibbsUpdate",
     "HeteroscedasticNormalLikelihood",

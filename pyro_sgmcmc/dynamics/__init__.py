@@ -7,6 +7,13 @@ the kernels in :mod:`pyro_sgmcmc.kernels` adapt these rules to :class:`pyro.infe
 """
 
 from .psgld import PSGLDState, psgld_init, psgld_step
+from .sgd import (
+    SGDState,
+    optimal_constant_rates,
+    partial_momentum_refresh,
+    sgd_init,
+    sgd_step,
+)
 from .sghmc import (
     GradientNoiseEstimate,
     SGHMCState,
@@ -19,10 +26,15 @@ from .sgld import SGLDState, sgld_init, sgld_step
 __all__ = [
     "GradientNoiseEstimate",
     "PSGLDState",
+    "SGDState",
     "SGHMCState",
     "SGLDState",
+    "optimal_constant_rates",
+    "partial_momentum_refresh",
     "psgld_init",
     "psgld_step",
+    "sgd_init",
+    "sgd_step",
     "sghmc_init",
     "sghmc_step",
     "sgld_init",

@@ -37,7 +37,7 @@ from ..potentials import (
     potential_and_gradient,
 )
 from ..schedules import StepSchedule, as_schedule
-from .minibatch import EpochBatches
+from .minibatch import EpochBatches, IndependentBatches
 
 TensorDict = dict[str, torch.Tensor]
 PotentialChoice = Literal["auto", "trace", "log_joint"]
@@ -80,6 +80,7 @@ class StochasticGradientKernel(MCMCKernel):
         potential: PotentialChoice = "auto",
         max_consecutive_divergences: int = 100,
         transforms: Mapping[str, Transform] | None = None,
+        batch_sampling: Literal["epoch", "independent"] = "epoch",
     ) -> None:
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
@@ -137,6 +138,11 @@ class StochasticGradientKernel(MCMCKernel):
         self.max_consecutive_divergences = check_positive_int(
             "max_consecutive_divergences", max_consecutive_divergences
         )
+        if batch_sampling not in ("epoch", "independent"):
+            raise ValueError(
+                f"batch_sampling must be 'epoch' or 'independent', got {batch_sampling!r}"
+            )
+        self.batch_sampling = batch_sampling
         self._user_transforms = dict(transforms) if transforms is not None else None
         self.transforms: dict[str, Transform] | None = None
         self._num_setups = 0
@@ -250,7 +256,8 @@ class StochasticGradientKernel(MCMCKernel):
                 f"batch_size must lie in [1, N] = [1, {num_data}] (N is the size of the data "
                 f"plate {self.subsample_plate!r}), got {batch_size}"
             )
-        self._batches = EpochBatches(num_data, batch_size, self._generator)
+        batches = EpochBatches if self.batch_sampling == "epoch" else IndependentBatches
+        self._batches = batches(num_data, batch_size, self._generator)
 
         use_fast = self.potential == "log_joint" or (
             self.potential == "auto" and isinstance(self.model, SupportsLogJoint)

@@ -52,3 +52,18 @@ class EpochBatches:
     def load_state_dict(self, state: dict) -> None:
         self._permutation = state["permutation"]
         self._position = state["position"]
+
+
+class IndependentBatches(EpochBatches):
+    """Minibatches drawn independently at every step (rows distinct within a batch).
+
+    Unlike :class:`EpochBatches`, consecutive batches are independent, so the minibatch gradient
+    noise is white in time, as the theory of constant SGD (Mandt et al., 2017) assumes. (With
+    epoch-wise reshuffling the noise of one epoch's batches sums to nearly zero, which shrinks
+    the stationary spread of noise-free methods.)
+    """
+
+    def next(self) -> torch.Tensor | None:
+        if self.full_batch:
+            return None
+        return torch.randperm(self.num_data, generator=self.generator)[: self.batch_size]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
 
-from .._validation import check_interval, check_nonnegative
+from .._validation import check_interval, check_nonnegative, check_positive_int
 from ..dynamics import (
     GradientNoiseEstimate,
     SGHMCState,
+    partial_momentum_refresh,
     sghmc_init,
     sghmc_step,
     update_gradient_noise_estimate,
@@ -45,6 +47,17 @@ class SGHMC(StochasticGradientKernel):
         ``"estimate"`` for an element-wise running estimate :math:`\hat\beta = \eta \hat V/2`.
     gradient_noise_decay:
         Decay :math:`\rho \in [0, 1)` of the running moments used by ``"estimate"``.
+    resample_momentum_every:
+        If given, every so many steps the momentum is refreshed,
+        :math:`v \leftarrow a v + \sqrt{1 - a^2}\,\sqrt{\eta T}\,\xi`
+        (:func:`~pyro_sgmcmc.dynamics.partial_momentum_refresh`), which leaves the momentum's
+        stationary law :math:`\mathcal N(0, \eta T I)` invariant. The friction step is itself
+        such a refresh to first order: :math:`(1-\alpha) v + \mathcal N(0, 2\alpha\eta T)` has
+        persistence :math:`a = 1 - \alpha` and fresh variance
+        :math:`2\alpha \approx 1 - (1-\alpha)^2`; explicit refreshes add mixing on top of it.
+    momentum_persistence:
+        :math:`a \in [0, 1)`: ``0`` (default) draws a fresh momentum, values near 1 refresh
+        partially (Horowitz).
     **kwargs:
         The arguments of :class:`~pyro_sgmcmc.SGLD` (``step_size`` or ``learning_rate``,
         ``batch_size``, ``num_steps_per_sample``, ``temperature``, ``seed``, ...).
@@ -65,8 +78,18 @@ class SGHMC(StochasticGradientKernel):
         friction: float = 0.05,
         gradient_noise: float | Literal["estimate"] = 0.0,
         gradient_noise_decay: float = 0.99,
+        resample_momentum_every: int | None = None,
+        momentum_persistence: float = 0.0,
         **kwargs,
     ) -> None:
+        if resample_momentum_every is not None:
+            resample_momentum_every = check_positive_int(
+                "resample_momentum_every", resample_momentum_every
+            )
+        self.resample_momentum_every = resample_momentum_every
+        self.momentum_persistence = check_interval(
+            "momentum_persistence", momentum_persistence, 0.0, 1.0, high_open=True
+        )
         self.friction = check_friction(friction)
         if gradient_noise != "estimate":
             gradient_noise = check_nonnegative("gradient_noise", gradient_noise)
@@ -103,7 +126,7 @@ class SGHMC(StochasticGradientKernel):
                 self._noise_estimate, gradient, self.gradient_noise_decay
             )
             beta = {k: 0.5 * step_size * v for k, v in self._noise_estimate.variance.items()}
-        return sghmc_step(
+        new_state = sghmc_step(
             state,
             gradient,
             step_size,
@@ -112,3 +135,13 @@ class SGHMC(StochasticGradientKernel):
             self._generator,
             gradient_noise=beta,
         )
+        every = self.resample_momentum_every
+        if every is not None and (self._num_steps % every == 0):
+            momentum = partial_momentum_refresh(
+                new_state.momentum,
+                self.momentum_persistence,
+                math.sqrt(step_size * temperature),
+                self._generator,
+            )
+            new_state = new_state._replace(momentum=momentum)
+        return new_state

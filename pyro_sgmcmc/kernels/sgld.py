@@ -63,6 +63,9 @@ class SGLD(StochasticGradientKernel):
     transforms:
         Optional constrained-to-unconstrained transforms per site (default: Pyro's
         ``biject_to`` of each site's support).
+    batch_sampling:
+        ``"epoch"`` (default): each epoch is a fresh permutation cut into batches, so every row is
+        used once an epoch; ``"independent"``: every batch is drawn afresh (white gradient noise).
 
     References
     ----------

@@ -1,0 +1,228 @@
+"""Figures of ``pyro-sgmcmc compare``: predictive bands, reliability diagrams, traces and ranks.
+
+Every function draws with Matplotlib's non-interactive ``Agg`` backend, writes PNG files into an
+output directory and returns their paths; figures are closed after saving.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot is imported: figures are only written to files
+
+import arviz as az
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from .metrics import expected_calibration_error
+
+if TYPE_CHECKING:
+    from .datasets import Dataset
+    from .predictive import ClassificationPrediction, RegressionPrediction
+
+    Prediction = RegressionPrediction | ClassificationPrediction
+
+__all__ = [
+    "diagnostic_figures",
+    "predicted_vs_observed",
+    "predictive_bands",
+    "predictive_figures",
+    "reliability_bins",
+    "reliability_diagram",
+]
+
+#: Scalar components shown in trace and rank plots (a BNN has too many to show all).
+MAX_TRACE_COMPONENTS = 6
+
+
+def _save(fig: plt.Figure, path: Path) -> str:
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return str(path)
+
+
+def _panels(count: int, width: float = 4.0, height: float = 3.2) -> tuple[plt.Figure, np.ndarray]:
+    columns = min(count, 3)
+    rows = -(-count // columns)
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(width * columns, height * rows),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
+    for ax in axes.flat[count:]:
+        ax.set_visible(False)
+    return fig, axes.flat
+
+
+def predictive_bands(data: Dataset, grid_predictions: Mapping[str, Prediction], path: Path) -> str:
+    """Predictive mean with epistemic and total two-sd bands on ``data.x_grid`` (seed 004's plot).
+
+    The darker band is :math:`\\pm 2` epistemic standard deviations (spread of the per-draw
+    means), the lighter one :math:`\\pm 2` total standard deviations (epistemic plus noise); the
+    training points and the noise-free function are drawn on top. Original units.
+    """
+    x = data.x_to_original(data.x_grid)[:, 0].numpy()
+    x_train = data.x_to_original(data.x_train)[:, 0].numpy()
+    y_train = data.y_to_original(data.y_train).numpy()
+    fig, axes = _panels(len(grid_predictions))
+    for ax, (method, pred) in zip(axes, grid_predictions.items(), strict=False):
+        mean = data.y_to_original(pred.mean.reshape(-1)).numpy()
+        epistemic = data.y_scale_to_original(pred.epistemic_variance.sqrt().reshape(-1)).numpy()
+        total = data.y_scale_to_original(pred.std.reshape(-1)).numpy()
+        ax.fill_between(x, mean - 2 * total, mean + 2 * total, color="C0", alpha=0.2, lw=0)
+        ax.fill_between(x, mean - 2 * epistemic, mean + 2 * epistemic, color="C0", alpha=0.45, lw=0)
+        ax.plot(x, mean, color="C0", lw=1.5, label="predictive mean")
+        if data.f_grid is not None:
+            ax.plot(x, data.f_grid.numpy(), color="k", lw=1, ls="--", label="true function")
+        ax.scatter(x_train, y_train, s=10, color="C3", zorder=3, label="training data")
+        ax.set_title(method)
+        ax.set_xlabel(data.feature_names[0])
+    axes[0].set_ylabel("y")
+    span = np.ptp(y_train)
+    axes[0].set_ylim(y_train.min() - 1.5 * span, y_train.max() + 1.5 * span)
+    axes[0].legend(loc="upper left", fontsize=7)
+    fig.suptitle(f"{data.name}: mean, ±2 sd epistemic (dark) and total (light)")
+    return _save(fig, path)
+
+
+def predicted_vs_observed(data: Dataset, predictions: Mapping[str, Prediction], path: Path) -> str:
+    """Test targets against predictive means with :math:`\\pm 2` total-sd bars, original units."""
+    y = data.y_to_original(data.y_test).numpy()
+    fig, axes = _panels(len(predictions))
+    for ax, (method, pred) in zip(axes, predictions.items(), strict=False):
+        mean = data.y_to_original(pred.mean.reshape(-1)).numpy()
+        total = data.y_scale_to_original(pred.std.reshape(-1)).numpy()
+        ax.errorbar(y, mean, yerr=2 * total, fmt="o", ms=2, lw=0.5, alpha=0.6)
+        low, high = float(min(y.min(), mean.min())), float(max(y.max(), mean.max()))
+        ax.plot([low, high], [low, high], color="k", lw=0.8)
+        ax.set_title(method)
+        ax.set_xlabel("observed")
+    axes[0].set_ylabel("predicted (±2 sd)")
+    fig.suptitle(f"{data.name}: test predictions")
+    return _save(fig, path)
+
+
+def reliability_bins(
+    probs: torch.Tensor, labels: torch.Tensor, num_bins: int = 15
+) -> dict[str, np.ndarray]:
+    """Per-bin counts, accuracy and mean confidence of the top label (bins ``((b-1)/M, b/M]``).
+
+    The binning of :func:`pyro_sgmcmc.metrics.expected_calibration_error`, whose value is
+    :math:`\\sum_b \frac{n_b}{n}|\\mathrm{acc}_b - \\mathrm{conf}_b|`.
+    """
+    confidence, predicted = probs.double().max(-1)
+    correct = (predicted == labels).double()
+    bins = torch.clamp(torch.ceil(confidence * num_bins).long() - 1, 0, num_bins - 1)
+    counts = torch.bincount(bins, minlength=num_bins).double()
+    safe = counts.clamp(min=1)
+    return {
+        "edges": np.linspace(0.0, 1.0, num_bins + 1),
+        "counts": counts.numpy(),
+        "accuracy": (torch.bincount(bins, weights=correct, minlength=num_bins) / safe).numpy(),
+        "confidence": (torch.bincount(bins, weights=confidence, minlength=num_bins) / safe).numpy(),
+    }
+
+
+def reliability_diagram(
+    data: Dataset, predictions: Mapping[str, Prediction], path: Path, num_bins: int = 15
+) -> str:
+    """Accuracy against confidence per bin of the top-label probability, one panel per method."""
+    fig, axes = _panels(len(predictions))
+    for ax, (method, pred) in zip(axes, predictions.items(), strict=False):
+        ece = expected_calibration_error(pred.probs, data.y_test, num_bins)
+        bins = reliability_bins(pred.probs, data.y_test, num_bins)
+        edges = bins["edges"]
+        centres, width = (edges[:-1] + edges[1:]) / 2, edges[1] - edges[0]
+        filled = bins["counts"] > 0
+        ax.bar(
+            centres[filled],
+            bins["accuracy"][filled],
+            width=width,
+            edgecolor="k",
+            lw=0.5,
+            label="accuracy",
+        )
+        ax.bar(
+            centres[filled],
+            (bins["confidence"] - bins["accuracy"])[filled],
+            bottom=bins["accuracy"][filled],
+            width=width,
+            color="C3",
+            alpha=0.3,
+            label="gap",
+        )
+        ax.plot([0, 1], [0, 1], color="k", ls="--", lw=0.8)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{method} (ECE {ece:.3f})")
+        ax.set_xlabel("confidence")
+    axes[0].set_ylabel("accuracy")
+    axes[0].legend(loc="upper left", fontsize=7)
+    fig.suptitle(f"{data.name}: reliability diagram")
+    return _save(fig, path)
+
+
+def predictive_figures(
+    data: Dataset,
+    predictions: Mapping[str, Prediction],
+    grid_predictions: Mapping[str, Prediction],
+    out: Path,
+) -> list[str]:
+    """The predictive figures that apply to ``data``; returns the paths written.
+
+    1-D regression with a plotting grid: ``predictive_bands.png``; other regression:
+    ``predicted_vs_observed.png``; classification: ``reliability_diagram.png``.
+    """
+    out = Path(out)
+    if data.task == "classification":
+        return [reliability_diagram(data, predictions, out / "reliability_diagram.png")]
+    if data.num_features == 1 and data.x_grid is not None and grid_predictions:
+        return [predictive_bands(data, grid_predictions, out / "predictive_bands.png")]
+    return [predicted_vs_observed(data, predictions, out / "predicted_vs_observed.png")]
+
+
+def _trace_subset(idata: Any) -> az.InferenceData:
+    """A few scalar components: the first element of each site, scalar sites first."""
+    posterior = idata.posterior
+    names = sorted(posterior.data_vars, key=lambda n: (posterior[n].ndim > 2, n))
+    chosen: dict[str, np.ndarray] = {}
+    for name in names[:MAX_TRACE_COMPONENTS]:
+        values = posterior[name].values
+        flat = values.reshape(*values.shape[:2], -1)
+        label = name if values.ndim == 2 else f"{name}[0]"
+        chosen[label] = flat[..., 0]
+    return az.from_dict(posterior=chosen)
+
+
+def diagnostic_figures(idata: Any, method: str, out: Path) -> list[str]:
+    """ArviZ trace and rank plots of a few scalar components: ``{method}_trace.png``, ``_rank``."""
+    with warnings.catch_warnings():
+        # ArviZ 0.23 calls a Matplotlib API deprecated in 3.11, once per axis.
+        warnings.simplefilter("ignore", matplotlib.MatplotlibDeprecationWarning)
+        return _diagnostic_figures(idata, method, Path(out))
+
+
+def _diagnostic_figures(idata: Any, method: str, out: Path) -> list[str]:
+    subset = _trace_subset(idata)
+    paths = []
+    axes = az.plot_trace(subset, compact=False, figsize=(9, 1.6 * len(subset.posterior.data_vars)))
+    fig = np.asarray(axes).flat[0].figure
+    fig.suptitle(f"{method}: traces of {len(subset.posterior.data_vars)} components")
+    paths.append(_save(fig, out / f"{method}_trace.png"))
+    if subset.posterior.sizes["chain"] > 1:
+        axes = az.plot_rank(subset, figsize=(9, 1.8 * len(subset.posterior.data_vars)))
+    else:
+        axes = az.plot_rank(subset)
+    fig = np.asarray(axes).flat[0].figure
+    fig.suptitle(f"{method}: rank plots")
+    paths.append(_save(fig, out / f"{method}_rank.png"))
+    return paths
