@@ -4,13 +4,30 @@ The kernels :class:`SGLD`, :class:`SGHMC` and :class:`PSGLD` run inside ``pyro.i
 draw minibatches of the data plate on every step.
 """
 
-from . import conjugate, dynamics, initialization, metrics, nn, predictive, schedules
+from . import (
+    conjugate,
+    datasets,
+    diagnostics,
+    dynamics,
+    export,
+    initialization,
+    metrics,
+    nn,
+    predictive,
+    pruning,
+    schedules,
+    svi,
+)
+from .compare import CompareConfig, run_comparison
 from .conjugate import (
     NormalGammaPrecisionUpdate,
     NormalNoisePrecisionUpdate,
     find_normal_gamma_updates,
 )
+from .datasets import Dataset, list_datasets, load_dataset, load_target
+from .diagnostics import ConvergenceReport, convergence_report, format_reports
 from .errors import ModelContractError, SamplerDivergedError
+from .export import HMCStatsCollector, to_datatree, to_inference_data
 from .gibbs import GibbsUpdate
 from .initialization import find_map, init_to_prior
 from .kernels import PSGLD, SGHMC, SGLD, ConstantSGD, StochasticGradientKernel
@@ -24,6 +41,8 @@ from .nn import (
     ScaleMixturePrior,
 )
 from .predictive import posterior_predictive
+from .pruning import prune_by_snr, snr_pruning_table
+from .svi import SVIResult, fit_svi
 
 __version__ = "0.1.0"
 
@@ -33,28 +52,49 @@ __all__ = [
     "SGLD",
     "BayesianMLP",
     "CategoricalLikelihood",
+    "CompareConfig",
     "ConstantSGD",
+    "ConvergenceReport",
+    "Dataset",
     "GammaPrecision",
     "GibbsUpdate",
+    "HMCStatsCollector",
     "HeteroscedasticNormalLikelihood",
     "ModelContractError",
     "NormalGammaPrecisionUpdate",
     "NormalLikelihood",
     "NormalNoisePrecisionUpdate",
     "NormalPrior",
+    "SVIResult",
     "SamplerDivergedError",
     "ScaleMixturePrior",
     "StochasticGradientKernel",
     "__version__",
     "conjugate",
+    "convergence_report",
+    "datasets",
+    "diagnostics",
     "dynamics",
+    "export",
     "find_map",
     "find_normal_gamma_updates",
+    "fit_svi",
+    "format_reports",
     "init_to_prior",
     "initialization",
+    "list_datasets",
+    "load_dataset",
+    "load_target",
     "metrics",
     "nn",
     "posterior_predictive",
     "predictive",
+    "prune_by_snr",
+    "pruning",
+    "run_comparison",
     "schedules",
+    "snr_pruning_table",
+    "svi",
+    "to_datatree",
+    "to_inference_data",
 ]

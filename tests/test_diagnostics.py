@@ -1,0 +1,137 @@
+"""Convergence report (pyro_sgmcmc.diagnostics) on SG-MCMC chains of a conjugate model."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import arviz as az
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import MCMC
+from pyro.infer.autoguide.initialization import init_to_sample
+
+from pyro_sgmcmc import SGLD
+from pyro_sgmcmc.diagnostics import ConvergenceReport, convergence_report, format_reports
+from pyro_sgmcmc.export import to_inference_data
+
+NUM_DATA = 20
+
+
+def normal_mean(y):
+    """mu ~ N(0, 1), y_i ~ N(mu, 1): the posterior is N(sum y / (N + 1), 1 / (N + 1))."""
+    mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+
+
+@pytest.fixture(scope="module")
+def y():
+    return 1.0 + torch.randn(NUM_DATA, generator=torch.Generator().manual_seed(0))
+
+
+def _sgld_run(y, *, num_draws, num_chains=2, seed=0, step_size=0.01, initial=None):
+    kernel = SGLD(
+        normal_mean,
+        step_size=step_size,
+        batch_size=10,
+        num_steps_per_sample=3,
+        seed=seed,
+        init_strategy=init_to_sample,
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*sequentially", category=UserWarning)
+        mcmc = MCMC(
+            kernel,
+            num_samples=num_draws,
+            warmup_steps=50,
+            num_chains=num_chains,
+            disable_progbar=True,
+            initial_params=initial,
+        )
+        mcmc.run(y)
+    return to_inference_data(mcmc, normal_mean, y, posterior_predictive=False, wall_time=2.0)
+
+
+def _check_two_chains_agree(y, num_draws, threshold):
+    idata = _sgld_run(y, num_draws=num_draws)
+    draws = idata.posterior["mu"].values
+    assert not np.allclose(draws[0], draws[1]), "chains from different seeds must differ"
+    report = convergence_report(idata)
+    assert report.num_chains == 2 and report.num_draws == num_draws
+    assert report.max_rhat < threshold, report
+    # Posterior N(m, 1/(N+1)); SGLD adds an O(step size) bias to the variance only.
+    mean = float(y.sum()) / (NUM_DATA + 1)
+    se = draws.std() / math.sqrt(report.min_ess_bulk)
+    assert abs(draws.mean() - mean) < 4 * se
+    return report
+
+
+def test_two_sgld_chains_agree_quick(y):
+    """Short run: R-hat is within its sampling noise of 1 (about 1/ESS), far below 1.1."""
+    report = _check_two_chains_agree(y, num_draws=200, threshold=1.05)
+    assert report.min_ess_bulk > 50
+
+
+@pytest.mark.slow
+def test_two_sgld_chains_agree_long_run(y):
+    report = _check_two_chains_agree(y, num_draws=3000, threshold=1.01)
+    assert report.converged
+
+
+def test_stuck_chain_gives_large_rhat(y):
+    moving = _sgld_run(y, num_draws=100, num_chains=1, seed=1)
+    # A step size of 1e-9 leaves the chain where it started, 13 posterior sds away.
+    stuck = _sgld_run(
+        y, num_draws=100, num_chains=1, seed=2, step_size=1e-9, initial={"mu": torch.tensor(4.0)}
+    )
+    assert abs(float(stuck.posterior["mu"].mean()) - 4.0) < 0.01
+    combined = az.concat(moving, stuck, dim="chain")
+    report = convergence_report(combined, "SGLD, one chain stuck", wall_time=4.0)
+    assert report.num_chains == 2
+    assert report.max_rhat > 1.1
+    assert not report.converged
+    summary = az.summary(combined)
+    assert report.max_rhat == pytest.approx(float(summary["r_hat"].max()), abs=0.01)
+
+
+def test_report_fields_table_and_validation(y):
+    idata = _sgld_run(y, num_draws=60)
+    report = convergence_report(idata)
+    assert report.method == "SGLD"
+    assert report.wall_time == 2.0
+    assert report.ess_bulk_per_second == pytest.approx(report.min_ess_bulk / 2.0)
+    assert report.divergences == int(idata.sample_stats["diverging"].sum()) == 0
+    bulk = az.ess(idata, method="bulk")["mu"].item()
+    tail = az.ess(idata, method="tail")["mu"].item()
+    assert report.min_ess_bulk == pytest.approx(bulk)
+    assert report.min_ess_tail == pytest.approx(tail)
+    as_dict = report.to_dict()
+    assert set(as_dict) == {
+        "method",
+        "num_chains",
+        "num_draws",
+        "max_rhat",
+        "min_ess_bulk",
+        "min_ess_tail",
+        "wall_time",
+        "ess_bulk_per_second",
+        "divergences",
+    }
+    other = ConvergenceReport("NUTS", 1, 10, math.nan, 5.0, 4.0, math.nan, math.nan, 3)
+    table = format_reports([report, other])
+    lines = table.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("SGLD") and lines[3].startswith("NUTS")
+    assert "max R-hat" in lines[0] and " - " in lines[3]
+    assert str(report) == format_reports([report])
+    single = convergence_report(idata.sel(chain=[0]), wall_time=1.0)
+    assert math.isnan(single.max_rhat)
+    with pytest.raises(ValueError, match="reports"):
+        format_reports([])
+    with pytest.raises(ValueError, match="var_names"):
+        convergence_report(idata, var_names=["nope"])
+    with pytest.raises(ValueError, match="wall_time"):
+        convergence_report(idata, wall_time=-1.0)

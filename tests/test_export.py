@@ -1,0 +1,402 @@
+"""ArviZ export of NUTS, HMC, SG-MCMC and SVI results (pyro_sgmcmc.export)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import arviz as az
+import matplotlib
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import HMC, MCMC, NUTS
+from pyro.nn import PyroModule, PyroSample
+
+from pyro_sgmcmc import PSGLD, SGHMC, SGLD
+from pyro_sgmcmc.export import HMCStatsCollector, build_groups, to_datatree, to_inference_data
+from pyro_sgmcmc.svi import fit_svi
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+N_TRAIN, N_TEST, NUM_DRAWS = 40, 7, 30
+TRUE_W = torch.tensor([1.0, -2.0, 0.5])
+
+
+def regression(x, y=None):
+    w = pyro.sample("w", dist.Normal(torch.zeros(3), 1.0).to_event(1))
+    s = pyro.sample("s", dist.LogNormal(0.0, 1.0))
+    mu = x @ w
+    with pyro.plate("data", x.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu[idx], s), obs=None if y is None else y[idx])
+
+
+@pytest.fixture(scope="module")
+def data():
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(N_TRAIN + N_TEST, 3, generator=generator)
+    y = x @ TRUE_W + 0.3 * torch.randn(N_TRAIN + N_TEST, generator=generator)
+    return x[:N_TRAIN], y[:N_TRAIN], x[N_TRAIN:], y[N_TRAIN:]
+
+
+def _run_mcmc(kernel, data, hook_fn=None):
+    x, y, _, _ = data
+    pyro.set_rng_seed(3)
+    with warnings.catch_warnings():
+        # On a machine with few cores Pyro warns that the chains run one after the other.
+        warnings.filterwarnings("ignore", message=".*sequentially", category=UserWarning)
+        mcmc = MCMC(
+            kernel,
+            num_samples=NUM_DRAWS,
+            warmup_steps=NUM_DRAWS,
+            num_chains=2,
+            disable_progbar=True,
+            hook_fn=hook_fn,
+        )
+        mcmc.run(x, y)
+    return mcmc
+
+
+@pytest.fixture(scope="module")
+def results(data):
+    """One small run of every method, exported with training and test data."""
+    x, y, x_test, y_test = data
+    out = {}
+    collector = HMCStatsCollector()
+    mcmc = _run_mcmc(NUTS(regression), data, hook_fn=collector)
+    out["_nuts_mcmc"] = mcmc
+    out["NUTS"] = to_inference_data(
+        mcmc, regression, x, y, test=(x_test, y_test), hmc_stats=collector, wall_time=1.0
+    )
+    kernels = {
+        "SGLD": SGLD(regression, learning_rate=0.02, batch_size=10, num_steps_per_sample=4, seed=1),
+        "SGHMC": SGHMC(
+            regression,
+            learning_rate=0.01,
+            friction=0.2,
+            batch_size=10,
+            num_steps_per_sample=4,
+            seed=2,
+        ),
+        "PSGLD": PSGLD(
+            regression, learning_rate=0.02, batch_size=10, num_steps_per_sample=4, seed=3
+        ),
+    }
+    for name, kernel in kernels.items():
+        run = _run_mcmc(kernel, data)
+        out[name] = to_inference_data(run, regression, x, y, test=(x_test, y_test))
+    svi = fit_svi(
+        regression,
+        x,
+        y,
+        num_steps=150,
+        batch_size=10,
+        learning_rate=0.05,
+        num_fits=2,
+        progress_bar=False,
+    )
+    out["SVI"] = to_inference_data(
+        svi, regression, x, y, test=(x_test, y_test), num_draws=NUM_DRAWS
+    )
+    out["_svi_result"] = svi
+    return out
+
+
+METHODS = ["NUTS", "SGLD", "SGHMC", "PSGLD", "SVI"]
+STATS = {
+    "NUTS": {"step_size", "acceptance_rate", "lp", "diverging"},
+    "SGLD": {"step_size", "temperature", "lp", "diverging"},
+    "SGHMC": {"step_size", "temperature", "lp", "diverging"},
+    "PSGLD": {"step_size", "temperature", "lp", "diverging"},
+    "SVI": {"lp"},
+}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_groups_shapes_and_dims(results, method):
+    idata = results[method]
+    expected = {
+        "posterior",
+        "sample_stats",
+        "log_likelihood",
+        "posterior_predictive",
+        "observed_data",
+        "constant_data",
+        "predictions",
+        "predictions_constant_data",
+    }
+    if method == "SVI":
+        expected.add("svi_loss")
+    assert set(idata.groups()) == expected
+    post = idata.posterior
+    assert post["w"].dims == ("chain", "draw", "w_dim_0")
+    assert post["w"].shape == (2, NUM_DRAWS, 3)
+    assert post["s"].dims == ("chain", "draw") and post["s"].shape == (2, NUM_DRAWS)
+    assert (post["s"].values > 0).all(), "posterior must hold constrained values"
+    assert set(idata.sample_stats.data_vars) == STATS[method]
+    for var in idata.sample_stats.data_vars.values():
+        assert var.dims == ("chain", "draw")
+    assert idata.log_likelihood["obs"].dims == ("chain", "draw", "data")
+    assert idata.log_likelihood["obs"].shape == (2, NUM_DRAWS, N_TRAIN)
+    assert idata.posterior_predictive["obs"].shape == (2, NUM_DRAWS, N_TRAIN)
+    assert idata.observed_data["obs"].dims == ("data",)
+    assert idata.constant_data["x"].dims == ("data", "x_dim_1")
+    assert "y" not in idata.constant_data, "observed values are not constant data"
+    assert idata.predictions["obs"].shape == (2, NUM_DRAWS, N_TEST)
+    assert set(idata.predictions_constant_data.data_vars) == {"x", "y"}
+    assert idata.predictions_constant_data["x"].shape == (N_TEST, 3)
+    assert idata.posterior.attrs["method"] == method
+    if method in ("SGLD", "SGHMC", "PSGLD"):
+        assert (idata.sample_stats["temperature"].values == 1.0).all()
+        assert (idata.sample_stats["step_size"].values > 0).all()
+    if method == "SVI":
+        assert idata.svi_loss["loss"].shape == (2, 150)
+        assert idata.posterior.attrs["sampling_time"] > 0
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_arviz_functions_run(results, method):
+    idata = results[method]
+    summary = az.summary(idata)
+    assert {"r_hat", "ess_bulk", "ess_tail"} <= set(summary.columns)
+    assert len(summary) == 4  # w[0], w[1], w[2], s
+    assert np.isfinite(az.rhat(idata)["w"].values).all()
+    assert (az.ess(idata)["w"].values > 0).all()
+    az.plot_trace(idata, var_names=["s"])
+    az.plot_rank(idata, var_names=["s"])
+    plt.close("all")
+
+
+def test_loo_and_compare(results):
+    loo = az.loo(results["NUTS"], pointwise=True)
+    assert loo.loo_i.shape == (N_TRAIN,)
+    assert math.isfinite(loo.elpd_loo)
+    compared = az.compare({m: results[m] for m in ("NUTS", "SGHMC", "SVI")})
+    assert set(compared.index) == {"NUTS", "SGHMC", "SVI"}
+    assert np.isfinite(compared["elpd_loo"].values).all()
+
+
+@pytest.mark.parametrize("method", ["NUTS", "SGHMC", "SVI"])
+def test_log_likelihood_equals_direct_computation(results, data, method):
+    x, y, _, _ = data
+    idata = results[method]
+    for chain, draw in [(0, 0), (1, NUM_DRAWS - 1), (0, NUM_DRAWS // 2)]:
+        w = torch.as_tensor(idata.posterior["w"].values[chain, draw])
+        s = torch.as_tensor(idata.posterior["s"].values[chain, draw])
+        direct = dist.Normal(x @ w, s).log_prob(y).numpy()
+        exported = idata.log_likelihood["obs"].values[chain, draw]
+        np.testing.assert_allclose(exported, direct, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(idata.observed_data["obs"].values, y.numpy())
+
+
+def test_posterior_predictive_follows_each_draw(results, data):
+    """(y_rep - x w) / s must be standard normal when y_rep is drawn with the same (w, s)."""
+    x, _, x_test, _ = data
+    idata = results["NUTS"]
+    w = idata.posterior["w"].values
+    s = idata.posterior["s"].values[..., None]
+    for group, inputs in (("posterior_predictive", x), ("predictions", x_test)):
+        mean = np.einsum("nk,cdk->cdn", inputs.numpy(), w)
+        z = (idata[group]["obs"].values - mean) / s
+        n = z.size
+        assert abs(z.mean()) < 4 / math.sqrt(n)
+        # Var of the sample variance of n standard normals is 2/(n-1).
+        assert abs(z.var() - 1) < 4 * math.sqrt(2 / (n - 1))
+
+
+def test_svi_sample_stats_lp_is_full_data_log_joint(results, data):
+    x, y, _, _ = data
+    idata = results["SVI"]
+    w = torch.as_tensor(idata.posterior["w"].values[1, 3])
+    s = torch.as_tensor(idata.posterior["s"].values[1, 3])
+    direct = (
+        dist.Normal(torch.zeros(3), 1.0).log_prob(w).sum()
+        + dist.LogNormal(0.0, 1.0).log_prob(s)
+        + dist.Normal(x @ w, s).log_prob(y).sum()
+    )
+    assert idata.sample_stats["lp"].values[1, 3] == pytest.approx(float(direct), rel=1e-5)
+
+
+def test_hmc_collector_statistics(data):
+    x, y, _, _ = data
+    collector = HMCStatsCollector()
+    kernel = HMC(regression, step_size=0.05, num_steps=5, adapt_step_size=False)
+    mcmc = _run_mcmc(kernel, data, hook_fn=collector)
+    idata = to_inference_data(mcmc, regression, x, y, hmc_stats=collector)
+    stats = idata.sample_stats
+    accept = stats["acceptance_rate"].values
+    assert ((accept >= -1e-6) & (accept <= 1 + 1e-6)).all()
+    np.testing.assert_allclose(stats["step_size"].values, 0.05)
+    assert np.isfinite(stats["lp"].values).all()
+    # lp is minus Pyro's potential energy: log joint in unconstrained space (+ log-Jacobian of s).
+    w = torch.as_tensor(idata.posterior["w"].values[1, -1])
+    s = torch.as_tensor(idata.posterior["s"].values[1, -1])
+    log_joint = (
+        dist.Normal(torch.zeros(3), 1.0).log_prob(w).sum()
+        + dist.LogNormal(0.0, 1.0).log_prob(s)
+        + dist.Normal(x @ w, s).log_prob(y).sum()
+        + torch.log(s)
+    )
+    assert stats["lp"].values[1, -1] == pytest.approx(float(log_joint), rel=1e-4)
+
+
+def test_without_collector_nuts_exports_diverging_only(results, data):
+    x, y, _, _ = data
+    mcmc = results["_nuts_mcmc"]
+    idata = to_inference_data(mcmc, regression, x, y, posterior_predictive=False)
+    assert set(idata.sample_stats.data_vars) == {"diverging"}
+    assert "posterior_predictive" not in idata.groups()
+    assert len(idata.sample_stats.attrs["mean_acceptance_rate"]) == 2
+
+
+def test_row_chunks_give_the_same_log_likelihood(results, data):
+    x, y, _, _ = data
+    full = build_groups(results["_svi_result"], None, x, y, num_draws=5, seed=4)
+    chunked = build_groups(results["_svi_result"], None, x, y, num_draws=5, seed=4, chunk_size=7)
+    np.testing.assert_allclose(
+        chunked["log_likelihood"]["obs"].values, full["log_likelihood"]["obs"].values, rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        chunked["sample_stats"]["lp"].values, full["sample_stats"]["lp"].values, rtol=1e-6
+    )
+    assert chunked["posterior_predictive"]["obs"].shape == (2, 5, N_TRAIN)
+
+
+class TinyBNN(PyroModule):
+    """A PyroModule network, the case where arviz.from_pyro drops the log-likelihood."""
+
+    def __init__(self, fast: bool = False) -> None:
+        super().__init__()
+        self.hidden = PyroModule[torch.nn.Linear](3, 4)
+        self.hidden.weight = PyroSample(dist.Normal(0.0, 1.0).expand([4, 3]).to_event(2))
+        self.hidden.bias = PyroSample(dist.Normal(0.0, 1.0).expand([4]).to_event(1))
+        self.out = PyroModule[torch.nn.Linear](4, 1)
+        self.out.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 4]).to_event(2))
+        self.out.bias = PyroSample(dist.Normal(0.0, 1.0).expand([1]).to_event(1))
+        self.fast = fast
+        self.fast_calls = 0
+
+    def forward(self, x, y=None):
+        mean = self.out(torch.tanh(self.hidden(x))).squeeze(-1)
+        with pyro.plate("data", x.shape[0]) as idx:
+            pyro.sample("obs", dist.Normal(mean[idx], 0.5), obs=None if y is None else y[idx])
+
+    def _mean(self, params, x):
+        hidden = torch.tanh(x @ params["hidden.weight"].T + params["hidden.bias"])
+        return (hidden @ params["out.weight"].T + params["out.bias"]).squeeze(-1)
+
+    def pointwise(self, params, subsample, x, y=None):
+        self.fast_calls += 1
+        rows = slice(None) if subsample is None else subsample
+        return dist.Normal(self._mean(params, x)[rows], 0.5).log_prob(y[rows])
+
+
+class TinyBNNFast(TinyBNN):
+    def pointwise_log_likelihood(self, params, subsample, x, y=None):
+        return self.pointwise(params, subsample, x, y)
+
+
+def test_pyromodule_bnn_keeps_log_likelihood_and_fast_path_agrees(data):
+    x, y, _, _ = data
+    pyro.set_rng_seed(5)
+    slow_model, fast_model = TinyBNN(), TinyBNNFast()
+    kernel = SGLD(slow_model, learning_rate=0.01, batch_size=10, seed=0)
+    mcmc = MCMC(kernel, num_samples=5, warmup_steps=5, disable_progbar=True)
+    mcmc.run(x, y)
+    by_trace = to_inference_data(mcmc, slow_model, x, y, chunk_size=15)
+    fast = to_inference_data(mcmc, fast_model, x, y, chunk_size=15)
+    assert fast_model.fast_calls == 5 * 3  # 5 draws x 3 row chunks
+    assert by_trace.log_likelihood["obs"].shape == (1, 5, N_TRAIN)
+    np.testing.assert_allclose(
+        fast.log_likelihood["obs"].values, by_trace.log_likelihood["obs"].values, rtol=1e-5
+    )
+    assert by_trace.posterior["hidden.weight"].dims == (
+        "chain",
+        "draw",
+        "hidden.weight_dim_0",
+        "hidden.weight_dim_1",
+    )
+
+
+@pytest.mark.parametrize("method", ["NUTS", "SVI"])
+def test_netcdf_round_trip(results, tmp_path, method):
+    idata = results[method]
+    path = tmp_path / f"{method}.nc"
+    idata.to_netcdf(str(path))
+    loaded = az.from_netcdf(str(path))
+    assert set(loaded.groups()) == set(idata.groups())
+    for group in idata.groups():
+        original, restored = idata[group], loaded[group]
+        assert set(original.data_vars) == set(restored.data_vars)
+        for name in original.data_vars:
+            np.testing.assert_array_equal(restored[name].values, original[name].values)
+            assert restored[name].dims == original[name].dims
+    assert loaded.posterior.attrs["method"] == method
+    assert az.summary(loaded).shape == az.summary(idata).shape
+
+
+def test_datatree_layout_has_the_same_groups(results, data, tmp_path):
+    x, y, _, _ = data
+    tree = to_datatree(results["_svi_result"], None, x, y, num_draws=4)
+    assert {child for child in tree.children} == {
+        "posterior",
+        "sample_stats",
+        "log_likelihood",
+        "posterior_predictive",
+        "observed_data",
+        "constant_data",
+        "svi_loss",
+    }
+    tree.to_netcdf(tmp_path / "tree.nc")
+    assert tree["posterior"]["w"].shape == (2, 4, 3)
+
+
+def test_dims_override(results, data):
+    x, y, _, _ = data
+    groups = build_groups(
+        results["_svi_result"], None, x, y, num_draws=3, dims={"w": ["coefficient"]}
+    )
+    assert groups["posterior"]["w"].dims == ("chain", "draw", "coefficient")
+
+
+def test_argument_validation(results, data):
+    x, y, _, _ = data
+    svi = results["_svi_result"]
+    with pytest.raises(ValueError, match="chunk_size"):
+        to_inference_data(svi, None, x, y, chunk_size=0)
+    with pytest.raises(ValueError, match="num_draws"):
+        to_inference_data(svi, None, x, y, num_draws=0)
+    with pytest.raises(ValueError, match="test"):
+        to_inference_data(svi, None, x, y, test=[x])
+    with pytest.raises(ValueError, match="dims"):
+        to_inference_data(svi, None, x, y, num_draws=2, dims={"w": ["a", "b"]})
+    with pytest.raises(TypeError, match="source"):
+        to_inference_data({"w": torch.zeros(3)}, regression, x, y)
+    with pytest.raises(ValueError, match="wall_time"):
+        to_inference_data(svi, None, x, y, wall_time=-1.0)
+
+
+def test_bayesian_mlp_export():
+    nn = pytest.importorskip("pyro_sgmcmc.nn")
+    x = torch.randn(30, 3, generator=torch.Generator().manual_seed(2))
+    y = x.sum(-1)
+    model = nn.BayesianMLP(3, [8], 1)
+    mcmc = MCMC(
+        SGLD(model, learning_rate=0.01, batch_size=10, seed=0),
+        num_samples=4,
+        warmup_steps=4,
+        disable_progbar=True,
+    )
+    mcmc.run(x, y)
+    idata = to_inference_data(mcmc, model, x, y, test=(x[:5],))
+    assert set(idata.log_likelihood.data_vars) == {"obs"}, "deterministic sites are no data"
+    assert set(idata.observed_data.data_vars) == {"obs"}
+    loglik = idata.log_likelihood["obs"].values
+    assert loglik.shape == (1, 4, 30) and np.isfinite(loglik).all()
+    assert idata.posterior["layers.0.weight"].shape[:2] == (1, 4)
+    assert idata.predictions["obs"].shape == (1, 4, 5)
+    assert idata.predictions["output"].shape[:3] == (1, 4, 5)
+    assert set(idata.predictions_constant_data.data_vars) == {"x"}
