@@ -55,6 +55,29 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def tutorials(session: nox.Session) -> None:
+    """Execute every tutorial in smoke mode (``PYRO_SGMCMC_SMOKE=1``); fail if one raises.
+
+    Also checks that each paired ``.ipynb`` matches its jupytext ``.py`` source. Pass tutorial
+    names to run a subset (``nox -s tutorials -- 01 05``) or ``--full`` for the full runs.
+    """
+    _install(session, "tutorials")
+    session.run("python", "tutorials/run_all.py", "--check-paired", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into ``site/`` with ``mkdocs build --strict``.
+
+    The tutorials are executed first in smoke mode and written as notebooks to
+    ``docs/tutorials/``, which mkdocs-jupyter renders without executing them again.
+    """
+    _install(session, "docs", "tutorials")
+    session.run("python", "tutorials/run_all.py", "--check-paired", "--output", "docs/tutorials")
+    session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def benchmarks(session: nox.Session) -> None:
     """Performance benchmarks: print tables and write JSON to ``benchmarks/results/``."""
     _install(session, "data")

@@ -1,0 +1,408 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 5. Under the hood: update rules, friction, schedules and temperature
+#
+# The kernels of `pyro_sgmcmc` are thin adapters around pure update rules in
+# `pyro_sgmcmc.dynamics`: functions that take a state, a gradient, a step size, a temperature and
+# a `torch.Generator`, and return a new state. Because the rules are element-wise, a tensor of
+# shape `(chains, dim)` runs many independent chains at once. This notebook drives the rules
+# directly on 2-D targets whose answers are known:
+#
+# 1. **Friction matters.** Stochastic-gradient HMC without friction ("naive" SGHMC, Chen et al.
+#    2014) samples the wrong distribution when the gradient is noisy; with friction it samples
+#    the right one.
+# 2. **Multimodality.** A bimodal Gaussian mixture sampled by NUTS and by SGLD with a constant
+#    and with a cyclical step size: how often does each chain hop between the modes?
+# 3. **Step sizes and temperature.** How the step-size schedule and the temperature $T$ change
+#    the spread of the draws, checked against a closed-form prediction.
+#
+# **Run modes.** The full configuration takes about a minute on a laptop CPU. With
+# `PYRO_SGMCMC_SMOKE=1` (CI and the docs build) fewer chains and steps are used.
+
+# %%
+import math
+import os
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.infer import MCMC, NUTS
+
+from pyro_sgmcmc.dynamics import sghmc_init, sghmc_step, sgld_init, sgld_step
+from pyro_sgmcmc.schedules import Constant, CyclicalCosine, PolynomialDecay
+
+SMOKE = os.environ.get("PYRO_SGMCMC_SMOKE", "0") == "1"
+pyro.set_rng_seed(0)
+generator = torch.Generator().manual_seed(0)
+NUM_CHAINS = 50 if SMOKE else 400
+print("smoke mode" if SMOKE else "full mode")
+
+# %% [markdown]
+# ## 1. Naive SGHMC vs SGHMC with friction
+#
+# The target is a correlated Gaussian $\mathcal N(0, \Sigma)$ with
+# $\Sigma = \begin{pmatrix} 1 & 0.9 \\ 0.9 & 1 \end{pmatrix}$, so
+# $U(\theta) = \tfrac12 \theta^\top \Sigma^{-1} \theta$. We replace the gradient by a noisy one,
+# $\nabla \tilde U(\theta) = \Sigma^{-1}\theta + \zeta$ with $\zeta \sim \mathcal N(0, V I)$,
+# $V = 4$, as a minibatch gradient would be.
+#
+# `sghmc_step` implements, in velocity units ($v = \epsilon M^{-1} p$),
+#
+# $$
+# v_{t+1} = (1 - \alpha) v_t - \eta \nabla \tilde U(\theta_t)
+#           + \sqrt{2\eta(\alpha T - \hat\beta)}\,\xi_t, \qquad
+# \theta_{t+1} = \theta_t + v_{t+1},
+# $$
+#
+# with learning rate $\eta$, friction $\alpha$ and $\hat\beta = \eta V / 2$ the part of the
+# noise that the stochastic gradient already injects. Three variants, all with $\eta = 0.01$:
+#
+# * **HMC, exact gradient, no friction**: $\alpha = 0$ and momenta redrawn from their
+#   stationary law $v \sim \mathcal N(0, \eta T I)$ every 50 steps (a Hamiltonian trajectory
+#   without the Metropolis test). The reference for what the integrator alone does.
+# * **naive SGHMC**: the same, with the noisy gradient. The gradient noise adds energy at every
+#   step and nothing removes it, so the draws spread too wide.
+# * **SGHMC with friction**: $\alpha = 0.1$, $\hat\beta = \eta V / 2$, momenta start at zero and
+#   are never redrawn. Friction removes exactly the energy the noise adds.
+#
+# The rules take a dict of tensors; `noise` draws come from the generator we pass.
+
+# %%
+COV = torch.tensor([[1.0, 0.9], [0.9, 1.0]])
+PRECISION = torch.linalg.inv(COV)
+GRADIENT_NOISE_VAR = 4.0
+ETA = 0.01
+NUM_STEPS_SGHMC = 3000 if SMOKE else 20000
+RESAMPLE_EVERY = 50
+
+
+def gradient_of_u(theta, noisy):
+    grad = theta @ PRECISION
+    if noisy:
+        grad = grad + math.sqrt(GRADIENT_NOISE_VAR) * torch.randn(theta.shape, generator=generator)
+    return {"theta": grad}
+
+
+def run_hamiltonian(noisy, friction, gradient_noise, resample_every):
+    position = {"theta": torch.zeros(NUM_CHAINS, 2)}
+    state = sghmc_init(position)
+    kept = []
+    for t in range(NUM_STEPS_SGHMC):
+        if resample_every and t % resample_every == 0:
+            momentum = math.sqrt(ETA) * torch.randn(NUM_CHAINS, 2, generator=generator)
+            state = sghmc_init(state.position, {"theta": momentum})
+        state = sghmc_step(
+            state,
+            gradient_of_u(state.position["theta"], noisy),
+            ETA,
+            friction,
+            1.0,
+            generator,
+            gradient_noise=gradient_noise,
+        )
+        if t >= NUM_STEPS_SGHMC // 2 and t % 10 == 0:
+            kept.append(state.position["theta"])
+    return torch.stack(kept).reshape(-1, 2)
+
+
+hamiltonian_variants = {
+    "HMC, exact gradient, no friction": run_hamiltonian(False, 0.0, 0.0, RESAMPLE_EVERY),
+    "naive SGHMC (noisy, no friction)": run_hamiltonian(True, 0.0, 0.0, RESAMPLE_EVERY),
+    "SGHMC with friction (noisy)": run_hamiltonian(
+        True, 0.1, ETA * GRADIENT_NOISE_VAR / 2, resample_every=0
+    ),
+}
+
+# %%
+grid = torch.linspace(-4, 4, 120)
+gx, gy = torch.meshgrid(grid, grid, indexing="xy")
+points = torch.stack([gx, gy], dim=-1)
+target_density = dist.MultivariateNormal(torch.zeros(2), COV).log_prob(points).exp()
+# Contours where the Mahalanobis distance is 3, 2 and 1 (density relative to the peak).
+SIGMA_LEVELS = [float(target_density.max()) * math.exp(-0.5 * r**2) for r in (3, 2, 1)]
+
+fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharex=True, sharey=True)
+for ax, (name, draws) in zip(axes, hamiltonian_variants.items(), strict=True):
+    shown = draws[torch.randperm(len(draws), generator=generator)[:2000]]
+    ax.scatter(shown[:, 0], shown[:, 1], s=2, alpha=0.3)
+    ax.contour(gx, gy, target_density, levels=SIGMA_LEVELS, colors="k", linewidths=0.8)
+    ax.set_title(name, fontsize=10)
+    ax.set_xlim(-4.5, 4.5)
+    ax.set_ylim(-4.5, 4.5)
+fig.suptitle("draws (blue) against the target's density contours (black)")
+fig.tight_layout()
+
+
+# %% [markdown]
+# We measure each variant by the sample covariance and by the Kullback-Leibler divergence
+# $\mathrm{KL}(\mathcal N(\hat\mu, \hat\Sigma) \,\|\, \mathcal N(0, \Sigma))$ of a Gaussian fitted
+# to the draws (0 for a perfect sampler).
+
+
+# %%
+def gaussian_kl_to_target(draws):
+    mean = draws.mean(0)
+    cov = torch.cov(draws.T)
+    trace_term = torch.trace(PRECISION @ cov)
+    quad = mean @ PRECISION @ mean
+    logdet = torch.logdet(COV) - torch.logdet(cov)
+    return float(0.5 * (trace_term + quad - 2 + logdet))
+
+
+def covariance_row(name, draws):
+    cov = torch.cov(draws.T)
+    return {
+        "sampler": name,
+        "var θ1": float(cov[0, 0]),
+        "var θ2": float(cov[1, 1]),
+        "corr": float(cov[0, 1] / (cov[0, 0] * cov[1, 1]).sqrt()),
+        "KL to target": gaussian_kl_to_target(draws),
+    }
+
+
+friction_table = pd.DataFrame(
+    [{"sampler": "target", "var θ1": 1.0, "var θ2": 1.0, "corr": 0.9, "KL to target": 0.0}]
+    + [covariance_row(name, draws) for name, draws in hamiltonian_variants.items()]
+)
+friction_table.round(3)
+
+# %% [markdown]
+# ## 2. A bimodal target: NUTS vs cyclical SGLD
+#
+# An equal mixture of $\mathcal N((2, -2), I)$ and $\mathcal N((-2, 2), I)$. Between the modes
+# the density drops by a factor of about $e^{4}$, so a local sampler must cross a region of low
+# probability to move from one mode to the other.
+#
+# * **NUTS** (Pyro), one chain per row below, adapting its step size during warm-up.
+# * **SGLD, constant step** $\epsilon = 0.05$.
+# * **cyclical SGLD** with `CyclicalCosine(initial=1.0, cycle_length=200,
+#   exploration_fraction=0.5)`. In the first half of each cycle the step is large and the noise
+#   is switched off (exploration, as in Zhang et al. 2020): the chain descends to a mode. In the
+#   second half the noise is on and the step shrinks from 0.5 to 0; draws are kept only there.
+#   The `pyro_sgmcmc` kernels follow `schedule.is_sampling(t)` in exactly this way; here we do
+#   it by hand.
+#
+# We count the *hops*: how many times the label of the nearest mode changes along a chain's kept
+# draws, and the fraction of draws in the mode at $(2, -2)$ (0.5 for the exact target).
+
+# %%
+MODES = torch.tensor([[2.0, -2.0], [-2.0, 2.0]])
+mixture = dist.MixtureSameFamily(
+    dist.Categorical(torch.ones(2)),
+    dist.MultivariateNormal(MODES, torch.eye(2).expand(2, 2, 2)),
+)
+
+
+def mixture_gradient(theta):
+    theta = theta.detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(-mixture.log_prob(theta).sum(), theta)
+    return {"theta": grad}
+
+
+def run_sgld(schedule, num_steps, thin, temperature=1.0, num_chains=NUM_CHAINS):
+    """SGLD on the mixture, chains started in one mode; keep draws in sampling phases only."""
+    start = MODES[0] + 0.1 * torch.randn(num_chains, 2, generator=generator)
+    state = sgld_init({"theta": start})
+    kept = []
+    for t in range(num_steps):
+        sampling = schedule.is_sampling(t)
+        step_temperature = temperature if sampling else 0.0
+        state = sgld_step(
+            state,
+            mixture_gradient(state.position["theta"]),
+            schedule(t),
+            step_temperature,
+            generator,
+        )
+        if sampling and t % thin == 0:
+            kept.append(state.position["theta"].clone())
+    return torch.stack(kept, dim=1)  # (chains, draws, 2)
+
+
+def nearest_mode(draws):
+    return (draws @ (MODES[0] - MODES[1]) > 0).long()  # 1 for the mode at (2, -2)
+
+
+def hop_row(name, draws, seconds_per_chain=None):
+    label = nearest_mode(draws)
+    hops = (label[:, 1:] != label[:, :-1]).sum(dim=1).float()
+    return {
+        "sampler": name,
+        "kept draws per chain": draws.shape[1],
+        "hops per chain (mean)": float(hops.mean()),
+        "chains that never hop": float((hops == 0).float().mean()),
+        "fraction in mode (2,-2)": float(label.float().mean()),
+    }
+
+
+NUM_STEPS_MIXTURE = 2000 if SMOKE else 20000
+sgld_draws = {
+    "SGLD, constant ε = 0.05": run_sgld(Constant(0.05), NUM_STEPS_MIXTURE, thin=10),
+    "cyclical SGLD, ε0 = 1": run_sgld(
+        CyclicalCosine(initial=1.0, cycle_length=200, exploration_fraction=0.5),
+        NUM_STEPS_MIXTURE,
+        thin=5,
+    ),
+}
+
+
+# %%
+def mixture_model():
+    # torch registers no bijection to the reals for MixtureSameFamily's support, so theta is
+    # drawn from a broad Normal and a factor swaps that density for the mixture's.
+    broad = dist.Normal(0.0, 10.0).expand([2]).to_event(1)
+    theta = pyro.sample("theta", broad)
+    pyro.factor("mixture", mixture.log_prob(theta) - broad.log_prob(theta))
+
+
+NUTS_CHAINS = 2 if SMOKE else 4
+nuts_runs = []
+for chain in range(NUTS_CHAINS):
+    pyro.set_rng_seed(100 + chain)
+    mcmc = MCMC(
+        NUTS(mixture_model),
+        num_samples=200 if SMOKE else 1000,
+        warmup_steps=100 if SMOKE else 500,
+        initial_params={"theta": MODES[0].clone()},
+        disable_progbar=True,
+    )
+    mcmc.run()
+    nuts_runs.append(mcmc.get_samples()["theta"])
+nuts_draws = torch.stack(nuts_runs)
+
+mixture_table = pd.DataFrame(
+    [hop_row(f"NUTS ({NUTS_CHAINS} chains)", nuts_draws)]
+    + [hop_row(f"{name} ({NUM_CHAINS} chains)", d) for name, d in sgld_draws.items()]
+)
+mixture_table.round(3)
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharex=True, sharey=True)
+mixture_density = mixture.log_prob(points).exp()
+# each mode holds half the mass: contours at 3, 2 and 1 sd from a mode
+MIXTURE_LEVELS = [0.5 * math.exp(-0.5 * r**2) / (2 * math.pi) for r in (3, 2, 1)]
+panels = {"NUTS": nuts_draws, **sgld_draws}
+for ax, (name, draws) in zip(axes, panels.items(), strict=True):
+    chain = draws[0]
+    ax.contour(
+        gx,
+        gy,
+        mixture_density,
+        levels=MIXTURE_LEVELS,
+        colors="k",
+        linewidths=0.6,
+    )
+    ax.plot(chain[:, 0], chain[:, 1], lw=0.3, alpha=0.6)
+    ax.scatter(chain[:, 0], chain[:, 1], s=3)
+    ax.set_title(f"{name}: one chain", fontsize=10)
+    ax.set_xlim(-5, 5)
+    ax.set_ylim(-5, 5)
+fig.tight_layout()
+
+# %% [markdown]
+# ## 3. Step sizes and temperature
+#
+# On a Gaussian target the effect of a finite step size is exact. For SGLD on
+# $U(\theta) = \tfrac12 \lambda \theta^2$ with a constant step $\epsilon$ and temperature $T$,
+# $\theta_{t+1} = (1 - \epsilon\lambda)\theta_t + \sqrt{2\epsilon T}\,\xi_t$ has the stationary
+# variance
+#
+# $$
+# \operatorname{Var}_\infty[\theta] = \frac{T}{\lambda\,(1 - \epsilon\lambda/2)},
+# $$
+#
+# so the draws are too wide by the factor $1/(1 - \epsilon\lambda/2)$, which vanishes as
+# $\epsilon \to 0$ and diverges at $\epsilon\lambda = 2$ (the stability limit). $T$ scales the
+# variance: $T < 1$ sharpens the posterior ("cold"), $T > 1 $ flattens it. We check this along
+# the two principal axes of the correlated Gaussian of part 1 (eigenvalues of
+# $\Sigma^{-1}$: $\lambda = 1/1.9$ and $\lambda = 1/0.1 = 10$), and show what a decaying
+# (Welling & Teh) and a cyclical schedule do.
+
+# %%
+eigenvalues, eigenvectors = torch.linalg.eigh(PRECISION)
+NUM_STEPS_SCHEDULES = 4000 if SMOKE else 40000
+
+
+def run_sgld_gaussian(schedule, temperature):
+    state = sgld_init({"theta": torch.zeros(NUM_CHAINS, 2)})
+    kept = []
+    for t in range(NUM_STEPS_SCHEDULES):
+        sampling = schedule.is_sampling(t)
+        gradient = {"theta": state.position["theta"] @ PRECISION}
+        state = sgld_step(state, gradient, schedule(t), temperature if sampling else 0.0, generator)
+        if sampling and t >= NUM_STEPS_SCHEDULES // 2 and t % 5 == 0:
+            kept.append(state.position["theta"])
+    draws = torch.stack(kept).reshape(-1, 2)
+    return draws @ eigenvectors  # coordinates along the principal axes
+
+
+def predicted_variance(step_size, temperature):
+    return temperature / (eigenvalues * (1 - step_size * eigenvalues / 2))
+
+
+configurations = [
+    ("constant ε = 0.01, T = 1", Constant(0.01), 1.0, 0.01),
+    ("constant ε = 0.1, T = 1", Constant(0.1), 1.0, 0.1),
+    ("constant ε = 0.18, T = 1", Constant(0.18), 1.0, 0.18),
+    ("constant ε = 0.01, T = 0.25", Constant(0.01), 0.25, 0.01),
+    ("constant ε = 0.01, T = 4", Constant(0.01), 4.0, 0.01),
+    (
+        "polynomial 0.1(1+t/100)^-0.55, T = 1",
+        PolynomialDecay(a=1.26, b=100.0, gamma=0.55),
+        1.0,
+        None,
+    ),
+    ("cyclical ε0 = 0.18, L = 400, T = 1", CyclicalCosine(0.18, 400, 0.5), 1.0, None),
+]
+schedule_rows = []
+for name, schedule, temperature, constant_step in configurations:
+    draws = run_sgld_gaussian(schedule, temperature)
+    variance = draws.var(dim=0)
+    row = {
+        "setting": name,
+        "var along λ=0.53": float(variance[0]),
+        "var along λ=10": float(variance[1]),
+        "exact posterior (T=1, ε→0)": f"{1 / eigenvalues[0]:.3f} / {1 / eigenvalues[1]:.3f}",
+    }
+    if constant_step is not None:
+        predicted = predicted_variance(constant_step, temperature)
+        row["predicted for this ε, T"] = f"{predicted[0]:.3f} / {predicted[1]:.3f}"
+    else:
+        row["predicted for this ε, T"] = "n/a (step varies)"
+    schedule_rows.append(row)
+schedule_table = pd.DataFrame(schedule_rows)
+schedule_table.round(3)
+
+# %% [markdown]
+# The decaying schedule starts at $1.26 \cdot 101^{-0.55} \approx 0.1$ and shrinks the bias as the
+# step decays, at the price of slower mixing; the cyclical schedule keeps draws only from the
+# second half of each cycle, where the step has already fallen below half of $\epsilon_0$.
+#
+# ## Numbers
+#
+# All three tables of this notebook, computed above.
+
+# %%
+print("smoke mode: fewer chains and steps, noisier numbers\n" if SMOKE else "")
+print("Friction (part 1):")
+print(friction_table.to_markdown(index=False, floatfmt=".3f"))
+print("\nMode hopping (part 2):")
+print(mixture_table.to_markdown(index=False, floatfmt=".3f"))
+print("\nStep size and temperature (part 3):")
+print(schedule_table.to_markdown(index=False, floatfmt=".3f"))
