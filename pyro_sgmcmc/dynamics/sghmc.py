@@ -107,15 +107,16 @@ def sghmc_step(
     new_position, new_momentum = {}, {}
     decay = 1.0 - friction
     for name, theta in position.items():
-        v = decay * momentum[name] - step_size * gradient[name]
+        # Fused multiply-adds on a fresh tensor; the inputs are never modified.
+        v = torch.add(momentum[name] * decay, gradient[name], alpha=-step_size)
         if xi is not None:
             if scalar_std is not None:
                 if scalar_std > 0:
-                    v = v + scalar_std * xi[name]
+                    v.add_(xi[name], alpha=scalar_std)
             else:
                 beta = gradient_noise[name]
                 std = (2.0 * step_size * (friction * temperature - beta)).clamp_min(0.0).sqrt()
-                v = v + std * xi[name]
+                v.addcmul_(std, xi[name])
         new_momentum[name] = v
         new_position[name] = theta + v
     return SGHMCState(new_position, new_momentum)

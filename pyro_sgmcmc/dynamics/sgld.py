@@ -75,8 +75,8 @@ def sgld_step(
     xi = resolve_noise(position, generator, noise) if scale > 0 else None
     new_position = {}
     for name, theta in position.items():
-        moved = theta - step_size * gradient[name]
+        moved = torch.add(theta, gradient[name], alpha=-step_size)
         if xi is not None:
-            moved = moved + scale * xi[name]
+            moved.add_(xi[name], alpha=scale)
         new_position[name] = moved
     return SGLDState(new_position)
