@@ -187,3 +187,17 @@ def _check_plate_indexing(
                 f"{plate_name!r} when the plate is restricted to {len(probe)} indices: the data "
                 "are not indexed by the plate. Use `with pyro.plate(...) as idx: ... obs=y[idx]`."
             )
+
+
+def resolve_batch_size(batch_size: int | None, num_data: int, plate_name: str = "data") -> int:
+    """The minibatch size: ``batch_size`` checked against ``[1, N]``, or ``N`` if ``None``."""
+    if batch_size is None:
+        return num_data
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise TypeError(f"batch_size must be an integer in [1, N] or None, got {batch_size!r}")
+    if not 1 <= batch_size <= num_data:
+        raise ValueError(
+            f"batch_size must lie in [1, N] = [1, {num_data}] (N is the size of the data plate "
+            f"{plate_name!r}), got {batch_size}"
+        )
+    return batch_size
