@@ -51,3 +51,30 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
     print("-+-".join("-" * widths[c] for c in columns))
     for row in rows:
         print(" | ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))
+
+
+def load_average() -> list[float]:
+    """``os.getloadavg()``: timings taken under load (> cpu count) are inflated."""
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+def sinusoid_w2(seed: int = 4) -> dict[str, torch.Tensor]:
+    """Workload W2 (seed 004): 32 points, x = linspace(-0.5, 0.5), y = 10 sin(2 pi x) + N(0, 1),
+    and 200 test points with x ~ U(-0.5, 0.5) from the same generator."""
+    import math
+
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.linspace(-0.5, 0.5, 32).unsqueeze(-1)
+    y = 10 * torch.sin(2 * math.pi * x.squeeze(-1)) + torch.randn(32, generator=generator)
+    x_test = torch.rand(200, 1, generator=generator) - 0.5
+    y_test = 10 * torch.sin(2 * math.pi * x_test.squeeze(-1)) + torch.randn(
+        200, generator=generator
+    )
+    return {"x": x, "y": y, "x_test": x_test, "y_test": y_test}
+
+
+def w2_model():
+    """The W2 network: BNN 1-20-20-1, tanh, N(0, 1) priors, Normal likelihood with sigma 1."""
+    from pyro_sgmcmc.nn import BayesianMLP
+
+    return BayesianMLP(1, [20, 20], 1, activation="tanh", likelihood="normal", prior="normal")

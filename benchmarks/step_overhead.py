@@ -21,7 +21,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from _common import fashion_mnist_or_synthetic, print_table, write_json
+from _common import fashion_mnist_or_synthetic, load_average, print_table, write_json
 from pyro.infer import MCMC
 
 from pyro_sgmcmc import SGHMC
@@ -33,7 +33,9 @@ TARGET = 1.15
 def time_baseline(x, y, batch_size, steps, generator) -> float:
     n = x.shape[0]
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(784, 100), torch.nn.Sigmoid(), torch.nn.Linear(100, 10))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(784, 100), torch.nn.Sigmoid(), torch.nn.Linear(100, 10)
+    )
     optimizer = torch.optim.SGD(net.parameters(), lr=1e-6)
     scale = n / batch_size
     permutation = torch.randperm(n, generator=generator)
@@ -139,6 +141,7 @@ def main() -> None:
             "ratio_fast": statistics.median(fast) / base,
             "ratio_trace": statistics.median(trace) / base if trace else None,
             "target": TARGET,
+            "load_average": load_average(),
         },
     )
     print(f"wrote {path}")

@@ -17,6 +17,7 @@ from . import (
     pruning,
     schedules,
     svi,
+    vectorized,
 )
 from .compare import CompareConfig, run_comparison
 from .conjugate import (
@@ -43,6 +44,7 @@ from .nn import (
 from .predictive import posterior_predictive
 from .pruning import prune_by_snr, snr_pruning_table
 from .svi import SVIResult, fit_svi
+from .vectorized import VectorizedResult, run_chains
 
 __version__ = "0.1.0"
 
@@ -69,6 +71,7 @@ __all__ = [
     "SamplerDivergedError",
     "ScaleMixturePrior",
     "StochasticGradientKernel",
+    "VectorizedResult",
     "__version__",
     "conjugate",
     "convergence_report",
@@ -91,10 +94,12 @@ __all__ = [
     "predictive",
     "prune_by_snr",
     "pruning",
+    "run_chains",
     "run_comparison",
     "schedules",
     "snr_pruning_table",
     "svi",
     "to_datatree",
     "to_inference_data",
+    "vectorized",
 ]

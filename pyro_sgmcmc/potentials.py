@@ -56,10 +56,14 @@ class SupportsLogJoint(Protocol):
 
 
 def is_identity(transform: Transform) -> bool:
-    """Whether ``transform`` is the identity (``biject_to`` of ``real`` or ``real_vector``)."""
-    while isinstance(transform, IndependentTransform):
-        transform = transform.base_transform
-    return isinstance(transform, ComposeTransform) and not transform.parts
+    """Whether ``transform`` is the identity: ``biject_to`` of ``real`` or ``real_vector``, or the
+    inverse of one (Pyro stores constrained-to-unconstrained transforms as ``biject_to(s).inv``)."""
+    for candidate in (transform, transform.inv):
+        while isinstance(candidate, IndependentTransform):
+            candidate = candidate.base_transform
+        if isinstance(candidate, ComposeTransform) and not candidate.parts:
+            return True
+    return False
 
 
 class Potential:

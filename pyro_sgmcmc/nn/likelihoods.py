@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from pyro.nn import PyroModule, PyroSample
 
 from .._validation import check_positive
-from .priors import GammaPrecision
+from .priors import GammaPrecision, event_numel, sum_event
 
 __all__ = [
     "CategoricalLikelihood",
@@ -62,8 +62,13 @@ class Likelihood:
         """Declare the head's latent sites on ``module``; return their names."""
         return ()
 
-    def log_prior(self, params: Mapping[str, torch.Tensor]) -> torch.Tensor | float:
-        """Log prior density of the head's latent sites (0 when it has none)."""
+    def log_prior(
+        self, params: Mapping[str, torch.Tensor], batch_ndim: int = 0
+    ) -> torch.Tensor | float:
+        """Log prior density of the head's latent sites (0 when it has none).
+
+        With ``batch_ndim`` leading draw dimensions it has one value per draw.
+        """
         return 0.0
 
     def distribution(
@@ -78,8 +83,13 @@ class Likelihood:
         y: torch.Tensor,
         params: Mapping[str, torch.Tensor],
         num_responses: int,
+        batch_ndim: int = 0,
     ) -> torch.Tensor:
-        """:math:`\\sum_i \\log p(y_i \\mid \\theta)` over the rows of a batch (fast path)."""
+        """:math:`\\sum_i \\log p(y_i \\mid \\theta)` over the rows of a batch (fast path).
+
+        With ``batch_ndim`` leading draw (or chain) dimensions on ``output``, ``y`` and the
+        head's latent ``params``, the sum runs over the rows of each draw: one value per draw.
+        """
         raise NotImplementedError
 
     def mean_and_variance(
@@ -181,7 +191,9 @@ class NormalLikelihood(Likelihood):
         loc = _squeeze(output, num_responses)
         return _event(dist.Normal(loc, self._sigma(module)), num_responses)
 
-    def log_prior(self, params: Mapping[str, torch.Tensor]) -> torch.Tensor | float:
+    def log_prior(
+        self, params: Mapping[str, torch.Tensor], batch_ndim: int = 0
+    ) -> torch.Tensor | float:
         """Log prior density of the noise site (0 for a fixed scale)."""
         if self.precision is not None:
             return self.precision.log_prob_hyper(params["noise_precision"])
@@ -189,10 +201,10 @@ class NormalLikelihood(Likelihood):
             return self.scale_prior.log_prob(params["noise_scale"])
         return 0.0
 
-    def log_likelihood(self, output, y, params, num_responses):
+    def log_likelihood(self, output, y, params, num_responses, batch_ndim=0):
         r = _squeeze(output, num_responses) - y
-        n = r.numel()
-        ss = r.square().sum()
+        n = event_numel(r, batch_ndim)
+        ss = sum_event(r.square(), batch_ndim)
         if self.precision is not None:
             tau = params["noise_precision"]
             return 0.5 * n * tau.log() - n * _HALF_LOG_2PI - 0.5 * tau * ss
@@ -244,12 +256,15 @@ class HeteroscedasticNormalLikelihood(Likelihood):
         loc, scale = _squeeze(loc, num_responses), _squeeze(scale, num_responses)
         return _event(dist.Normal(loc, scale), num_responses)
 
-    def log_likelihood(self, output, y, params, num_responses):
+    def log_likelihood(self, output, y, params, num_responses, batch_ndim=0):
         loc, log_var = self.split(output, num_responses)
         if num_responses == 1:
             y = y.unsqueeze(-1)
         r2 = (y - loc).square()
-        return -0.5 * (log_var.sum() + (r2 * (-log_var).exp()).sum()) - y.numel() * _HALF_LOG_2PI
+        return (
+            -0.5 * sum_event(log_var + r2 * (-log_var).exp(), batch_ndim)
+            - event_numel(r2, batch_ndim) * _HALF_LOG_2PI
+        )
 
     def mean_and_variance(self, output, params, num_responses):
         loc, log_var = self.split(output, num_responses)
@@ -270,8 +285,15 @@ class CategoricalLikelihood(Likelihood):
     def distribution(self, output, module, num_responses):
         return dist.Categorical(logits=output)
 
-    def log_likelihood(self, output, y, params, num_responses):
-        return -F.cross_entropy(output, y, reduction="sum")
+    def log_likelihood(self, output, y, params, num_responses, batch_ndim=0):
+        if batch_ndim == 0 and output.dim() == 2:
+            return -F.cross_entropy(output, y, reduction="sum")
+        # cross_entropy reads dimension 1 as the classes: flatten the draw dimensions first
+        y = y.expand(output.shape[:-1])
+        per_row = F.cross_entropy(
+            output.reshape(-1, output.shape[-1]), y.reshape(-1), reduction="none"
+        )
+        return -sum_event(per_row.reshape(output.shape[:-1]), batch_ndim)
 
     def __repr__(self) -> str:
         return "CategoricalLikelihood()"

@@ -241,13 +241,26 @@ class BayesianMLP(PyroModule):
                 h = self.activation(h)
         return h
 
-    def log_prior(self, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """:math:`\\log p(\\theta)`: weights, biases, their hyper-parameters and the noise site."""
+    def log_prior(self, params: Mapping[str, torch.Tensor], batch_ndim: int = 0) -> torch.Tensor:
+        """:math:`\\log p(\\theta)`: weights, biases, their hyper-parameters and the noise site.
+
+        With ``batch_ndim`` leading draw (or chain) dimensions on ``params``, one value per draw.
+        """
         prior = self.prior
-        total = prior.log_prob(params, self._group_sites[0])
+        if batch_ndim == 0:
+            # keep the call signature of user-defined priors that predate ``batch_ndim``
+            total = prior.log_prob(params, self._group_sites[0])
+            for site in self._group_sites[1:]:
+                total = total + prior.log_prob(params, site)
+            return total + self.head.log_prior(params)
+        total = prior.log_prob(params, self._group_sites[0], batch_ndim)
         for site in self._group_sites[1:]:
-            total = total + prior.log_prob(params, site)
-        return total + self.head.log_prior(params)
+            total = total + prior.log_prob(params, site, batch_ndim)
+        return total + self.head.log_prior(params, batch_ndim)
+
+    def batch_ndim(self, params: Mapping[str, torch.Tensor]) -> int:
+        """Number of leading draw (or chain) dimensions of ``params``."""
+        return params[self._layer_sites[0][0]].dim() - 2
 
     def log_joint(
         self,
@@ -265,6 +278,11 @@ class BayesianMLP(PyroModule):
         for constrained ``params`` keyed by site name and the rows ``subsample`` (``None``: all
         ``N`` rows, :math:`B = N`). Plain torch, no effect handlers; equal to the log density of
         the model's Pyro trace with the data plate conditioned on ``subsample``.
+
+        **Batched (multi-chain) use.** ``params`` may carry leading chain dimensions, e.g.
+        ``(C, out, in)`` weights, and ``subsample`` may then have shape ``(C, B)`` (each chain its
+        own minibatch) or ``(B,)`` (shared). The result has shape ``(C,)``, one log joint per
+        chain, so the gradient of its sum holds each chain's own gradient.
         """
         if y is None:
             raise ValueError("log_joint needs the targets y")
@@ -272,10 +290,14 @@ class BayesianMLP(PyroModule):
             xb, yb, scale = x, y, 1.0
         else:
             xb, yb = x[subsample], y[subsample]
-            scale = x.shape[0] / subsample.shape[0]
+            scale = x.shape[0] / subsample.shape[-1]
+        batch_ndim = self.batch_ndim(params)
         output = self.functional_forward(params, xb)
-        log_lik = self.head.log_likelihood(output, yb, params, self.out_features)
-        return self.log_prior(params) + scale * log_lik
+        if batch_ndim == 0:
+            log_lik = self.head.log_likelihood(output, yb, params, self.out_features)
+        else:
+            log_lik = self.head.log_likelihood(output, yb, params, self.out_features, batch_ndim)
+        return self.log_prior(params, batch_ndim) + scale * log_lik
 
     # ------------------------------------------------------------------ Gibbs steps
     def gibbs_updates(self) -> list[GibbsUpdate]:

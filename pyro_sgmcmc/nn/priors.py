@@ -50,6 +50,20 @@ __all__ = [
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
+def sum_event(values: torch.Tensor, batch_ndim: int = 0) -> torch.Tensor:
+    """Sum ``values`` over every dimension after the first ``batch_ndim`` (draw or chain) ones."""
+    if batch_ndim == 0:
+        return values.sum()
+    if values.dim() == batch_ndim:
+        return values
+    return values.flatten(batch_ndim).sum(-1)
+
+
+def event_numel(values: torch.Tensor, batch_ndim: int = 0) -> int:
+    """Number of elements of one draw of ``values`` (dimensions after ``batch_ndim``)."""
+    return math.prod(values.shape[batch_ndim:])
+
+
 class ScaleMixtureNormal(TorchDistribution):
     r"""Zero-mean scale mixture of two Normals (Blundell et al. 2015).
 
@@ -131,25 +145,36 @@ class _ScaleMixtureLogProbSum(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, w: torch.Tensor, c1: float, c2: float, h1: float, h2: float) -> torch.Tensor:
+    def forward(
+        ctx, w: torch.Tensor, c1: float, c2: float, h1: float, h2: float, batch_ndim: int = 0
+    ) -> torch.Tensor:
         w2 = w * w
         d = w2.mul(h2 - h1).add_(c1 - c2)
         ctx.save_for_backward(w, d)
         ctx.h = (h1, h2)
-        return w.numel() * c2 - h2 * w2.sum() + F.softplus(d).sum()
+        ctx.event_ndim = w.dim() - batch_ndim
+        return (
+            event_numel(w, batch_ndim) * c2
+            - h2 * sum_event(w2, batch_ndim)
+            + sum_event(F.softplus(d), batch_ndim)
+        )
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
         w, d = ctx.saved_tensors
         h1, h2 = ctx.h
         factor = torch.sigmoid(d).mul_(h1 - h2).add_(h2)
-        return factor.mul_(w).mul_(-2.0 * grad_output), None, None, None, None
+        grad_output = grad_output.reshape(grad_output.shape + (1,) * ctx.event_ndim)
+        return factor.mul_(w).mul_(-2.0 * grad_output), None, None, None, None, None
 
 
 class Prior:
     """Base class of the weight priors; see the module docstring.
 
     Subclasses implement :meth:`attach` (the Pyro path) and :meth:`log_prob` (the fast path).
+    ``log_prob`` takes ``batch_ndim``, the number of leading draw (or chain) dimensions of the
+    values, and returns one log density per draw (a scalar when ``batch_ndim = 0``); the
+    vectorised multi-chain runner (:mod:`pyro_sgmcmc.vectorized`) relies on it.
     """
 
     def attach(self, module: PyroModule, name: str, shape: Sequence[int]) -> tuple[str, ...]:
@@ -164,7 +189,9 @@ class Prior:
         """Full names of the hyper-parameter sites added for the weight site ``site``."""
         return ()
 
-    def log_prob(self, params: Mapping[str, torch.Tensor], site: str) -> torch.Tensor:
+    def log_prob(
+        self, params: Mapping[str, torch.Tensor], site: str, batch_ndim: int = 0
+    ) -> torch.Tensor:
         """:math:`\\log p` of the weight site ``site`` and of its hyper-parameter sites."""
         raise NotImplementedError
 
@@ -191,9 +218,14 @@ class NormalPrior(Prior):
         setattr(module, name, PyroSample(_event(dist.Normal(0.0, self.scale), shape)))
         return ()
 
-    def log_prob(self, params: Mapping[str, torch.Tensor], site: str) -> torch.Tensor:
+    def log_prob(
+        self, params: Mapping[str, torch.Tensor], site: str, batch_ndim: int = 0
+    ) -> torch.Tensor:
         w = params[site]
-        return -self._half_precision * w.square().sum() - w.numel() * self._log_norm
+        return (
+            -self._half_precision * sum_event(w.square(), batch_ndim)
+            - event_numel(w, batch_ndim) * self._log_norm
+        )
 
     def __repr__(self) -> str:
         return f"NormalPrior(scale={self.scale})"
@@ -234,8 +266,12 @@ class ScaleMixturePrior(Prior):
         setattr(module, name, PyroSample(_event(self.distribution(), shape)))
         return ()
 
-    def log_prob(self, params: Mapping[str, torch.Tensor], site: str) -> torch.Tensor:
-        return _ScaleMixtureLogProbSum.apply(params[site], self._c1, self._c2, self._h1, self._h2)
+    def log_prob(
+        self, params: Mapping[str, torch.Tensor], site: str, batch_ndim: int = 0
+    ) -> torch.Tensor:
+        return _ScaleMixtureLogProbSum.apply(
+            params[site], self._c1, self._c2, self._h1, self._h2, batch_ndim
+        )
 
     def __repr__(self) -> str:
         return (
@@ -297,11 +333,15 @@ class GammaPrecision(Prior):
         r""":math:`\log \mathrm{Gamma}(\lambda \mid \alpha, \beta)` in closed form."""
         return self._gamma_const + (self.alpha - 1) * precision.log() - self.beta * precision
 
-    def log_prob(self, params: Mapping[str, torch.Tensor], site: str) -> torch.Tensor:
+    def log_prob(
+        self, params: Mapping[str, torch.Tensor], site: str, batch_ndim: int = 0
+    ) -> torch.Tensor:
         w = params[site]
         lam = params[site + self.suffix]
-        n = w.numel()
-        log_w = 0.5 * n * lam.log() - n * _HALF_LOG_2PI - 0.5 * lam * w.square().sum()
+        n = event_numel(w, batch_ndim)
+        log_w = (
+            0.5 * n * lam.log() - n * _HALF_LOG_2PI - 0.5 * lam * sum_event(w.square(), batch_ndim)
+        )
         return self.log_prob_hyper(lam) + log_w
 
     def __repr__(self) -> str:

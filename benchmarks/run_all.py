@@ -1,0 +1,61 @@
+"""Summary of the performance benchmarks: one table from the JSON files in ``results/``.
+
+Reads what ``step_overhead.py`` (W1), ``w2_small_bnn.py`` (W2), ``w3_fashion_mnist.py`` (W3) and
+``w4_known_posterior.py`` (W4) last wrote, and prints workload, ours, baseline, ratio, target and
+pass/fail with the load average at measurement time (timings under load > CPU count are
+inflated). It runs nothing itself, so it is cheap; run the scripts first (``nox -s benchmarks``
+runs them in alphabetical order, this one last but one).
+
+Run: ``python benchmarks/run_all.py``; writes ``results/summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from _common import RESULTS, print_table, write_json
+
+COLUMNS = ["workload", "ours", "baseline", "ratio", "target", "pass", "load"]
+
+
+def _read(name: str) -> dict | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def main() -> None:
+    rows: list[dict] = []
+    w1 = _read("step_overhead")
+    if w1:
+        base = sorted(w1["baseline_s_per_step"])[len(w1["baseline_s_per_step"]) // 2]
+        fast = sorted(w1["sghmc_fast_s_per_step"])[len(w1["sghmc_fast_s_per_step"]) // 2]
+        rows.append({"workload": "W1 ms per step", "ours": f"{1e3 * fast:.2f}",
+                     "baseline": f"SGD {1e3 * base:.2f}", "ratio": f"{w1['ratio_fast']:.2f}",
+                     "target": f"<= {w1['target']}", "pass": w1["ratio_fast"] <= w1["target"],
+                     "load": w1.get("load_average", "not recorded")})  # fmt: skip
+    for name in ("w2_small_bnn", "w3_fashion_mnist", "w4_known_posterior"):
+        result = _read(name)
+        if result is None:
+            rows.append({"workload": name, "ours": "not run"})
+            continue
+        load = result.get("load_average_end") or (result.get("runs") or [{}])[-1].get(
+            "load_average", "not recorded"
+        )
+        for row in result.get("rows", []):
+            rows.append(
+                {
+                    "workload": row["workload"],
+                    "ours": row.get("ours") or row.get("ours acc/NLL/ECE") or row.get("sampling s"),
+                    "baseline": row.get("baseline") or row.get("SGD same time", ""),
+                    "ratio": row.get("ratio", ""),
+                    "target": row.get("target", ""),
+                    "pass": row.get("pass"),
+                    "load": load,
+                }
+            )
+    print_table(rows, COLUMNS)
+    write_json("summary", {"rows": rows})
+
+
+if __name__ == "__main__":
+    main()

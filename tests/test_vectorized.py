@@ -1,0 +1,236 @@
+"""The vectorised multi-chain runner: statistics, independence of chains, shapes, export, errors."""
+
+from __future__ import annotations
+
+import math
+
+import arviz as az
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import MCMC
+
+from pyro_sgmcmc import SGHMC
+from pyro_sgmcmc.errors import ModelContractError
+from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood, ScaleMixturePrior
+from pyro_sgmcmc.vectorized import VectorizedResult, run_chains
+
+NUM_DATA, DIM = 50, 2
+
+
+class GaussianMean:
+    r"""``mu ~ N(0, I_2)``, ``y_i ~ N(mu, I_2)``: the posterior is ``N(sum y / (N+1), I/(N+1))``.
+
+    ``log_joint`` accepts ``mu`` with a leading chain dimension and ``subsample`` of shape
+    ``(C, B)``; it records the subsamples it was given.
+    """
+
+    def __init__(self) -> None:
+        self.seen: list[torch.Tensor] = []
+
+    def __call__(self, y: torch.Tensor) -> None:
+        mu = pyro.sample("mu", dist.Normal(torch.zeros(DIM), 1.0).to_event(1))
+        with pyro.plate("data", y.shape[0]) as idx:
+            pyro.sample("obs", dist.Normal(mu, 1.0).to_event(1), obs=y[idx])
+
+    def log_joint(self, params, subsample, y):
+        mu = params["mu"]
+        batched = mu.dim() == 2
+        if subsample is not None:
+            self.seen.append(subsample)
+            yb, scale = y[subsample], y.shape[0] / subsample.shape[-1]
+        else:
+            yb, scale = (y.expand(mu.shape[0], *y.shape) if batched else y), 1.0
+        prior = -0.5 * mu.square().sum(-1)
+        residual = yb - (mu.unsqueeze(-2) if batched else mu)
+        return prior - 0.5 * scale * residual.square().sum((-1, -2))
+
+
+@pytest.fixture
+def gaussian_data():
+    generator = torch.Generator().manual_seed(1)
+    y = 1.5 + torch.randn(NUM_DATA, DIM, generator=generator)
+    mean = y.sum(0) / (NUM_DATA + 1)
+    return y, mean, 1.0 / (NUM_DATA + 1)
+
+
+def _effective_z(draws: torch.Tensor, exact_mean: torch.Tensor, exact_var: float) -> torch.Tensor:
+    """z-scores of the chain-averaged mean error; chains' means are independent estimates."""
+    chain_means = draws.mean(1)  # (C, DIM)
+    se = chain_means.std(0) / math.sqrt(chain_means.shape[0])
+    return (chain_means.mean(0) - exact_mean) / se.clamp_min(1e-3 * math.sqrt(exact_var))
+
+
+@pytest.mark.parametrize("kernel", ["sgld", "sghmc", "psgld"])
+def test_matches_exact_gaussian_posterior(gaussian_data, kernel):
+    y, mean, var = gaussian_data
+    options = {"friction": 0.2} if kernel == "sghmc" else {}
+    step = {"sgld": 2e-3, "sghmc": 2e-3, "psgld": 2e-3}[kernel]
+    result = run_chains(
+        GaussianMean(),
+        y,
+        kernel=kernel,
+        num_chains=8,
+        num_samples=300,
+        warmup_steps=50,
+        num_steps_per_sample=5,
+        step_size=step,
+        batch_size=10,
+        seed=0,
+        **options,
+    )
+    draws = result.samples["mu"]
+    assert draws.shape == (8, 300, DIM)
+    assert (_effective_z(draws, mean, var).abs() < 4).all()
+    # the stationary variance of a constant-step SG-MCMC is biased by O(step size): 35% here
+    assert draws.reshape(-1, DIM).var(0).sub(var).abs().div(var).max() < 0.35
+
+
+def test_matches_sequential_kernel(gaussian_data):
+    y = gaussian_data[0]
+    common = {"step_size": 2e-3, "friction": 0.2, "batch_size": 10, "num_steps_per_sample": 5}
+    vectorised = run_chains(
+        GaussianMean(), y, kernel="sghmc", num_chains=4, num_samples=300, warmup_steps=50,
+        seed=3, **common,
+    )  # fmt: skip
+    mcmc = MCMC(
+        SGHMC(GaussianMean(), seed=3, potential="log_joint", **common),
+        num_samples=300,
+        warmup_steps=50,
+        num_chains=4,
+        disable_progbar=True,
+    )
+    mcmc.run(y)
+    sequential = mcmc.get_samples(group_by_chain=True)["mu"]
+    a, b = vectorised.samples["mu"], sequential
+    # the two chain-averaged means differ by less than 4 combined standard errors
+    se = torch.sqrt(a.mean(1).var(0) / 4 + b.mean(1).var(0) / 4).clamp_min(1e-4)
+    assert ((a.mean((0, 1)) - b.mean((0, 1))).abs() / se < 4).all()
+    ratio = a.reshape(-1, DIM).var(0) / b.reshape(-1, DIM).var(0)
+    assert ((ratio > 0.6) & (ratio < 1.6)).all()
+
+
+def test_chains_are_independent_and_reproducible(gaussian_data):
+    y, _, _ = gaussian_data
+    options = {"num_chains": 3, "num_samples": 20, "step_size": 1e-3, "batch_size": 10}
+    first = run_chains(GaussianMean(), y, seed=0, **options).samples["mu"]
+    again = run_chains(GaussianMean(), y, seed=0, **options).samples["mu"]
+    other = run_chains(GaussianMean(), y, seed=1, **options).samples["mu"]
+    assert torch.equal(first, again)
+    assert not torch.allclose(first, other)
+    # different chains: different starts and different paths
+    assert not torch.allclose(first[0], first[1])
+    assert not torch.allclose(first[1], first[2])
+
+
+def test_each_chain_draws_its_own_minibatches(gaussian_data):
+    y, _, _ = gaussian_data
+    model = GaussianMean()
+    run_chains(model, y, num_chains=4, num_samples=5, step_size=1e-3, batch_size=10, seed=0)
+    subsample = model.seen[-1]
+    assert subsample.shape == (4, 10)
+    assert len({tuple(sorted(row.tolist())) for row in subsample}) == 4
+    # within an epoch (N / B = 5 steps) each chain sees every row once
+    epoch = torch.cat(model.seen[:5], dim=1)
+    for row in epoch:
+        assert sorted(row.tolist()) == list(range(NUM_DATA))
+
+
+def test_bnn_shapes_stats_and_export():
+    x = torch.linspace(-1, 1, 24).unsqueeze(-1)
+    y = torch.sin(3 * x.squeeze(-1))
+    model = BayesianMLP(1, [5], 1, prior=GammaPrecision(1.0, 1.0))
+    result = run_chains(
+        model, x, y, kernel="sghmc", num_chains=3, num_samples=7, warmup_steps=2,
+        learning_rate=1e-2, batch_size=8, gibbs_every=3, seed=0,
+    )  # fmt: skip
+    assert isinstance(result, VectorizedResult)
+    assert result.samples["layers.0.weight"].shape == (3, 7, 5, 1)
+    precision = result.samples["layers.0.weight_precision"]
+    assert precision.shape == (3, 7) and (precision > 0).all()
+    assert not torch.equal(precision[0], precision[1])  # per-chain Gibbs draws
+    assert set(result.samples) == set(model.latent_sites)
+    for name in ("lp", "step_size", "temperature", "diverging"):
+        assert result.sample_stats[name].shape == (3, 7)
+    assert result.sample_stats["step_size"][0, 0] == pytest.approx(1e-2 / 24)
+    assert result.num_gradient_steps == 9
+    idata = result.to_inference_data()
+    assert idata.posterior["layers.0.weight"].shape == (3, 7, 5, 1)
+    assert idata.posterior.attrs["sampling_time"] > 0
+    assert "lp" in idata.sample_stats
+    assert az.rhat(idata)["layers.0.bias"].shape == (5,)
+    flat = result.get_samples()
+    assert flat["layers.0.bias"].shape == (21, 5)
+
+
+@pytest.mark.parametrize(
+    "head, prior",
+    [
+        ("normal", "normal"),
+        ("categorical", ScaleMixturePrior(0.5, 1.0, 0.1)),
+        ("heteroscedastic", GammaPrecision(2.0, 1.0)),
+        (NormalLikelihood(precision=GammaPrecision(2.0, 0.5)), "normal"),
+        (NormalLikelihood(scale=dist.HalfNormal(1.0)), "normal"),
+    ],
+)
+def test_batched_log_joint_equals_per_chain(head, prior):
+    pyro.set_rng_seed(0)
+    model = BayesianMLP(3, [4], 3, likelihood=head, prior=prior)
+    x = torch.randn(12, 3)
+    y = torch.randint(0, 3, (12,)) if model.head.is_classifier else torch.randn(12, 3)
+    chains = []
+    for _ in range(3):
+        trace = pyro.poutine.trace(model).get_trace(x)
+        chains.append({name: trace.nodes[name]["value"].detach() for name in model.latent_sites})
+    stacked = {name: torch.stack([c[name] for c in chains]) for name in model.latent_sites}
+    subsample = torch.stack([torch.randperm(12)[:5] for _ in range(3)])
+    batched = model.log_joint(stacked, subsample, x, y)
+    expected = torch.stack([model.log_joint(c, subsample[i], x, y) for i, c in enumerate(chains)])
+    assert batched.shape == (3,)
+    torch.testing.assert_close(batched, expected, rtol=1e-5, atol=1e-4)
+    full = model.log_joint(stacked, None, x, y)
+    torch.testing.assert_close(
+        full, torch.stack([model.log_joint(c, None, x, y) for c in chains]), rtol=1e-5, atol=1e-4
+    )
+
+
+@pytest.mark.parametrize(
+    "options, argument",
+    [
+        ({"num_chains": 0}, "num_chains"),
+        ({"num_samples": 0}, "num_samples"),
+        ({"warmup_steps": -1}, "warmup_steps"),
+        ({"kernel": "nuts"}, "kernel"),
+        ({"batch_size": 51}, "batch_size"),
+        ({"friction": 1.5}, "friction"),
+        ({"temperature": 0.0}, "temperature"),
+        ({"num_steps_per_sample": 0}, "num_steps_per_sample"),
+        ({"step_size": -1.0}, "step_size"),
+        ({"learning_rate": 1e-2}, "step_size"),
+        ({"gradient_noise": 0.5, "friction": 0.1}, "gradient_noise"),
+        ({"initial_params": {"nope": torch.zeros(2)}}, "initial_params"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_them(gaussian_data, options, argument):
+    y, _, _ = gaussian_data
+    call = {"num_chains": 2, "num_samples": 2, "step_size": 1e-3, **options}
+    with pytest.raises(ValueError, match=argument):
+        run_chains(GaussianMean(), y, **call)
+
+
+def test_model_without_batched_fast_path_is_refused(gaussian_data):
+    y, _, _ = gaussian_data
+
+    def plain_model(y):
+        GaussianMean()(y)
+
+    with pytest.raises(ModelContractError, match="log_joint"):
+        run_chains(plain_model, y, num_chains=2, num_samples=2, step_size=1e-3)
+
+    class Unbatched(GaussianMean):
+        def log_joint(self, params, subsample, y):
+            return super().log_joint(params, subsample, y).sum()
+
+    with pytest.raises(ModelContractError, match="one log joint per chain"):
+        run_chains(Unbatched(), y, num_chains=2, num_samples=2, step_size=1e-3)
