@@ -33,6 +33,9 @@
 #
 # * **SGHMC** and **SGLD** (`pyro_sgmcmc`), minibatches of 100 (500 on Fashion-MNIST);
 # * **SGD**: the optimisation baseline, a MAP fit with minibatch Adam (`find_map`);
+# * **Constant SGD** (Mandt, Hoffman & Blei 2017): SGD with a constant rate and no injected
+#   noise, whose iterates are read as posterior draws; `ConstantSGD` estimates the gradient noise
+#   during warm-up and then uses their optimal rate $\eta^* = 2BD / (N^2 \operatorname{Tr} C)$;
 # * **SVI**: a mean-field Gaussian guide (`fit_svi`);
 #
 # on test accuracy, negative log-likelihood (NLL) and expected calibration error (ECE), on how
@@ -56,7 +59,7 @@ import pyro
 import torch
 from pyro.infer import MCMC
 
-from pyro_sgmcmc import SGHMC, SGLD
+from pyro_sgmcmc import SGHMC, SGLD, ConstantSGD
 from pyro_sgmcmc.datasets import load_dataset
 from pyro_sgmcmc.initialization import find_map
 from pyro_sgmcmc.metrics import accuracy, expected_calibration_error, negative_log_likelihood
@@ -112,7 +115,7 @@ def make_model():
 print(make_model().latent_sites)
 
 # %% [markdown]
-# ## Four fits
+# ## Five fits
 #
 # Step sizes are given per datum (`learning_rate`; the kernels divide by $N$), so they carry
 # over between data sets of different sizes. SGHMC uses friction 0.1, so its momentum carries
@@ -167,6 +170,21 @@ map_values = find_map(
 )
 seconds["SGD"] = time.perf_counter() - start
 fits["SGD"] = (model, {k: v.detach()[None] for k, v in map_values.items()})
+
+model = make_model()
+start = time.perf_counter()
+mcmc = MCMC(
+    ConstantSGD(
+        model, learning_rate=0.05, batch_size=BATCH, num_steps_per_sample=STEPS_PER_DRAW, seed=5
+    ),
+    num_samples=DRAWS,
+    warmup_steps=WARMUP,
+    disable_progbar=True,
+)
+mcmc.run(x, y)
+seconds["Constant SGD"] = time.perf_counter() - start
+fits["Constant SGD"] = (model, mcmc.get_samples())
+print("optimal constant rate (full-gradient units):", mcmc.diagnostics()["optimal_rate"])
 
 model = make_model()
 svi_result = fit_svi(
