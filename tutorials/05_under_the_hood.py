@@ -44,7 +44,13 @@ import pyro.distributions as dist
 import torch
 from pyro.infer import MCMC, NUTS
 
-from pyro_sgmcmc.dynamics import sghmc_init, sghmc_step, sgld_init, sgld_step
+from pyro_sgmcmc.dynamics import (
+    partial_momentum_refresh,
+    sghmc_init,
+    sghmc_step,
+    sgld_init,
+    sgld_step,
+)
 from pyro_sgmcmc.schedules import Constant, CyclicalCosine, PolynomialDecay
 
 SMOKE = os.environ.get("PYRO_SGMCMC_SMOKE", "0") == "1"
@@ -71,7 +77,7 @@ print("smoke mode" if SMOKE else "full mode")
 # $$
 #
 # with learning rate $\eta$, friction $\alpha$ and $\hat\beta = \eta V / 2$ the part of the
-# noise that the stochastic gradient already injects. Three variants, all with $\eta = 0.01$:
+# noise that the stochastic gradient already injects. Four variants, all with $\eta = 0.01$:
 #
 # * **HMC, exact gradient, no friction**: $\alpha = 0$ and momenta redrawn from their
 #   stationary law $v \sim \mathcal N(0, \eta T I)$ every 50 steps (a Hamiltonian trajectory
@@ -82,6 +88,11 @@ print("smoke mode" if SMOKE else "full mode")
 #   are never redrawn. Friction removes exactly the energy the noise adds.
 #
 # The rules take a dict of tensors; `noise` draws come from the generator we pass.
+# * **SGHMC with friction and partial momentum refresh** (Horowitz 1991): every 10 steps
+#   $v \leftarrow a v + \sqrt{1-a^2}\sqrt{\eta}\,\xi$ with $a = 0.9$
+#   (`partial_momentum_refresh`). The map leaves $\mathcal N(0, \eta T I)$ invariant, so it
+#   must not change what is sampled; the friction step is itself such a refresh with
+#   $a = 1 - \alpha$ to first order.
 
 # %%
 COV = torch.tensor([[1.0, 0.9], [0.9, 1.0]])
@@ -99,14 +110,17 @@ def gradient_of_u(theta, noisy):
     return {"theta": grad}
 
 
-def run_hamiltonian(noisy, friction, gradient_noise, resample_every):
+def run_hamiltonian(noisy, friction, gradient_noise, resample_every, persistence=0.0):
     position = {"theta": torch.zeros(NUM_CHAINS, 2)}
     state = sghmc_init(position)
     kept = []
     for t in range(NUM_STEPS_SGHMC):
         if resample_every and t % resample_every == 0:
-            momentum = math.sqrt(ETA) * torch.randn(NUM_CHAINS, 2, generator=generator)
-            state = sghmc_init(state.position, {"theta": momentum})
+            # v <- a v + sqrt(1 - a^2) sqrt(eta) xi: a = 0 redraws, a near 1 refreshes partially
+            momentum = partial_momentum_refresh(
+                state.momentum, persistence, math.sqrt(ETA), generator
+            )
+            state = sghmc_init(state.position, momentum)
         state = sghmc_step(
             state,
             gradient_of_u(state.position["theta"], noisy),
@@ -127,6 +141,9 @@ hamiltonian_variants = {
     "SGHMC with friction (noisy)": run_hamiltonian(
         True, 0.1, ETA * GRADIENT_NOISE_VAR / 2, resample_every=0
     ),
+    "SGHMC + partial refresh (a = 0.9)": run_hamiltonian(
+        True, 0.1, ETA * GRADIENT_NOISE_VAR / 2, resample_every=10, persistence=0.9
+    ),
 }
 
 # %%
@@ -137,7 +154,7 @@ target_density = dist.MultivariateNormal(torch.zeros(2), COV).log_prob(points).e
 # Contours where the Mahalanobis distance is 3, 2 and 1 (density relative to the peak).
 SIGMA_LEVELS = [float(target_density.max()) * math.exp(-0.5 * r**2) for r in (3, 2, 1)]
 
-fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharex=True, sharey=True)
+fig, axes = plt.subplots(1, 4, figsize=(17, 4.2), sharex=True, sharey=True)
 for ax, (name, draws) in zip(axes, hamiltonian_variants.items(), strict=True):
     shown = draws[torch.randperm(len(draws), generator=generator)[:2000]]
     ax.scatter(shown[:, 0], shown[:, 1], s=2, alpha=0.3)
