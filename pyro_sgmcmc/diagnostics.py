@@ -89,8 +89,9 @@ def convergence_report(
     *,
     wall_time: float | None = None,
     var_names: Sequence[str] | None = None,
+    group: str = "posterior",
 ) -> ConvergenceReport:
-    """Summarise the convergence of ``idata.posterior``.
+    """Summarise the convergence of ``idata.posterior`` (or of another group).
 
     Parameters
     ----------
@@ -103,6 +104,12 @@ def convergence_report(
         Seconds of inference, >= 0; defaults to the ``sampling_time`` attribute.
     var_names:
         Variables to include (default: all).
+    group:
+        The group whose draws are diagnosed (default ``"posterior"``). For Bayesian neural
+        networks, weight-space R-hat is large even for well-mixed chains (hidden units can be
+        permuted and sign-flipped between chains); ``group="predictions"`` with
+        ``var_names=["output"]`` diagnoses the network's outputs at the test inputs instead,
+        which are identified.
 
     Returns
     -------
@@ -110,22 +117,24 @@ def convergence_report(
     """
     if not hasattr(idata, "posterior"):
         raise ValueError("idata must have a posterior group")
-    posterior = idata.posterior
+    if group not in idata.groups():
+        raise ValueError(f"group must be one of {idata.groups()}, got {group!r}")
+    posterior = getattr(idata, group)
     if var_names is not None:
         missing = [v for v in var_names if v not in posterior.data_vars]
         if missing:
             raise ValueError(
-                f"var_names must name posterior variables {sorted(posterior.data_vars)}, "
-                f"got unknown {missing}"
+                f"var_names must name variables of the {group} group "
+                f"{sorted(posterior.data_vars)}, got unknown {missing}"
             )
         posterior = posterior[list(var_names)]
     if wall_time is None:
-        wall_time = posterior.attrs.get("sampling_time", math.nan)
+        wall_time = idata.posterior.attrs.get("sampling_time", math.nan)
     wall_time = float(wall_time)
     if not (math.isnan(wall_time) or wall_time >= 0):
         raise ValueError(f"wall_time must be >= 0 seconds, got {wall_time}")
     if method is None:
-        method = str(posterior.attrs.get("method", "unknown"))
+        method = str(idata.posterior.attrs.get("method", "unknown"))
     num_chains, num_draws = posterior.sizes["chain"], posterior.sizes["draw"]
     with warnings.catch_warnings():
         # ArviZ warns (and returns nan) for a single chain; the report shows nan.

@@ -135,3 +135,20 @@ def test_report_fields_table_and_validation(y):
         convergence_report(idata, var_names=["nope"])
     with pytest.raises(ValueError, match="wall_time"):
         convergence_report(idata, wall_time=-1.0)
+
+
+def test_report_on_another_group_and_bad_group():
+    import arviz as az
+    import numpy as np
+
+    from pyro_sgmcmc.diagnostics import convergence_report
+
+    rng = np.random.default_rng(0)
+    idata = az.from_dict(
+        posterior={"w": rng.normal(size=(2, 100))},
+        predictions={"output": rng.normal(size=(2, 100, 3))},
+    )
+    report = convergence_report(idata, method="m", group="predictions", var_names=["output"])
+    assert report.num_chains == 2 and report.max_rhat < 1.1
+    with pytest.raises(ValueError, match="group must be one of"):
+        convergence_report(idata, group="nope")
