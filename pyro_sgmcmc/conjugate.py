@@ -72,7 +72,30 @@ def _draw_gamma(
     return draw.to(dtype=like.dtype).expand_as(like).clone()
 
 
-class NormalGammaPrecisionUpdate:
+class _GammaConditionalUpdate:
+    """Shared part of the Gamma-precision updates: draw from :meth:`conditional`."""
+
+    precision_site: str
+
+    def conditional(
+        self, params: Mapping[str, torch.Tensor], *args: Any, **kwargs: Any
+    ) -> torch.distributions.Gamma:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def sample(
+        self,
+        params: Mapping[str, torch.Tensor],
+        generator: torch.Generator,
+        *args: Any,
+        **kwargs: Any,
+    ) -> dict[str, torch.Tensor]:
+        """Draw the precision from its exact conditional (randomness from ``generator``)."""
+        gamma = self.conditional(params, *args, **kwargs)
+        like = params[self.precision_site]
+        return {self.precision_site: _draw_gamma(generator, gamma.concentration, gamma.rate, like)}
+
+
+class NormalGammaPrecisionUpdate(_GammaConditionalUpdate):
     r"""Gibbs update of one precision shared by zero-mean Gaussian weight sites.
 
     Model: :math:`\lambda \sim \mathrm{Gamma}(\alpha, \beta)` and every element of every site in
@@ -117,25 +140,15 @@ class NormalGammaPrecisionUpdate:
         self.beta = check_positive("beta", beta)
         self.sites: tuple[str, ...] = (precision_site,)
 
-    def conditional(self, params: Mapping[str, torch.Tensor]) -> torch.distributions.Gamma:
+    def conditional(
+        self, params: Mapping[str, torch.Tensor], *args: Any, **kwargs: Any
+    ) -> torch.distributions.Gamma:
         """The exact conditional :math:`p(\\lambda \\mid w)` as a ``Gamma`` distribution."""
         weights = [params[s].detach().double() for s in self.weight_sites]
         num_values = sum(w.numel() for w in weights)
         sum_of_squares = sum(w.square().sum() for w in weights)
         concentration, rate = gamma_posterior(self.alpha, self.beta, num_values, sum_of_squares)
         return torch.distributions.Gamma(concentration, rate)
-
-    def sample(
-        self,
-        params: Mapping[str, torch.Tensor],
-        generator: torch.Generator,
-        *args: Any,
-        **kwargs: Any,
-    ) -> dict[str, torch.Tensor]:
-        """Draw the precision from its exact conditional given the weights in ``params``."""
-        gamma = self.conditional(params)
-        like = params[self.precision_site]
-        return {self.precision_site: _draw_gamma(generator, gamma.concentration, gamma.rate, like)}
 
     def __repr__(self) -> str:
         return (
@@ -147,7 +160,7 @@ class NormalGammaPrecisionUpdate:
 ResidualFn = Callable[..., torch.Tensor]
 
 
-class NormalNoisePrecisionUpdate:
+class NormalNoisePrecisionUpdate(_GammaConditionalUpdate):
     r"""Gibbs update of the noise precision :math:`\tau` of a Normal likelihood.
 
     Model: :math:`\tau \sim \mathrm{Gamma}(a, b)`, :math:`y_i \mid \theta, \tau \sim
@@ -214,18 +227,6 @@ class NormalNoisePrecisionUpdate:
                 sum_of_squares = sum_of_squares + r.double().square().sum()
         concentration, rate = gamma_posterior(self.alpha, self.beta, num_values, sum_of_squares)
         return torch.distributions.Gamma(concentration, rate)
-
-    def sample(
-        self,
-        params: Mapping[str, torch.Tensor],
-        generator: torch.Generator,
-        *args: Any,
-        **kwargs: Any,
-    ) -> dict[str, torch.Tensor]:
-        """Draw the noise precision from its exact conditional on the full data."""
-        gamma = self.conditional(params, *args, **kwargs)
-        like = params[self.precision_site]
-        return {self.precision_site: _draw_gamma(generator, gamma.concentration, gamma.rate, like)}
 
     def __repr__(self) -> str:
         return (
