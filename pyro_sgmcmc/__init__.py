@@ -5,6 +5,7 @@ draw minibatches of the data plate on every step.
 """
 
 from . import (
+    checkpoint,
     conjugate,
     datasets,
     diagnostics,
@@ -19,6 +20,7 @@ from . import (
     svi,
     vectorized,
 )
+from .checkpoint import CheckpointError, ResumableMCMC, load_checkpoint
 from .compare import CompareConfig, run_comparison
 from .conjugate import (
     NormalGammaPrecisionUpdate,
@@ -54,6 +56,7 @@ __all__ = [
     "SGLD",
     "BayesianMLP",
     "CategoricalLikelihood",
+    "CheckpointError",
     "CompareConfig",
     "ConstantSGD",
     "ConvergenceReport",
@@ -67,12 +70,14 @@ __all__ = [
     "NormalLikelihood",
     "NormalNoisePrecisionUpdate",
     "NormalPrior",
+    "ResumableMCMC",
     "SVIResult",
     "SamplerDivergedError",
     "ScaleMixturePrior",
     "StochasticGradientKernel",
     "VectorizedResult",
     "__version__",
+    "checkpoint",
     "conjugate",
     "convergence_report",
     "datasets",
@@ -86,6 +91,7 @@ __all__ = [
     "init_to_prior",
     "initialization",
     "list_datasets",
+    "load_checkpoint",
     "load_dataset",
     "load_target",
     "metrics",

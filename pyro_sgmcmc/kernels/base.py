@@ -14,6 +14,7 @@ import multiprocessing
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import is_dataclass
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -21,11 +22,13 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from pyro.infer.mcmc.util import initialize_model
+from torch.distributions import biject_to
 from torch.distributions.transforms import Transform
 
 from .._validation import check_interval, check_positive, check_positive_int
+from ..checkpoint import CheckpointError
 from ..conjugate import find_normal_gamma_updates
-from ..errors import SamplerDivergedError
+from ..errors import ModelContractError, SamplerDivergedError
 from ..gibbs import GibbsUpdate
 from ..model_structure import ModelStructure, check_finite_data, inspect_model
 from ..potentials import (
@@ -81,6 +84,7 @@ class StochasticGradientKernel(MCMCKernel):
         max_consecutive_divergences: int = 100,
         transforms: Mapping[str, Transform] | None = None,
         batch_sampling: Literal["epoch", "independent"] = "epoch",
+        keep_draws: bool = True,
     ) -> None:
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
@@ -143,6 +147,21 @@ class StochasticGradientKernel(MCMCKernel):
                 f"batch_sampling must be 'epoch' or 'independent', got {batch_sampling!r}"
             )
         self.batch_sampling = batch_sampling
+        if not isinstance(keep_draws, bool):
+            raise TypeError(f"keep_draws must be True or False, got {keep_draws!r}")
+        self.keep_draws = keep_draws
+        if transforms is not None:
+            if not isinstance(transforms, Mapping):
+                raise TypeError(
+                    f"transforms must be a dict from site name to a torch Transform, got "
+                    f"{type(transforms).__name__}"
+                )
+            for name, transform in transforms.items():
+                if not isinstance(transform, Transform):
+                    raise TypeError(
+                        f"transforms[{name!r}] must be a torch.distributions Transform, got "
+                        f"{type(transform).__name__}"
+                    )
         self._user_transforms = dict(transforms) if transforms is not None else None
         self.transforms: dict[str, Transform] | None = None
         self._num_setups = 0
@@ -212,7 +231,16 @@ class StochasticGradientKernel(MCMCKernel):
 
     @initial_params.setter
     def initial_params(self, params: Mapping[str, torch.Tensor]) -> None:
-        self._user_initial_params = {k: torch.as_tensor(v) for k, v in params.items()}
+        if not isinstance(params, Mapping):
+            raise TypeError(
+                f"initial_params must be a dict from site name to an unconstrained tensor, got "
+                f"{type(params).__name__}"
+            )
+        params = {k: torch.as_tensor(v) for k, v in params.items()}
+        for name, value in params.items():
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                raise ValueError(f"initial_params[{name!r}] contains NaN or infinite values")
+        self._user_initial_params = params
         self._initial_params = dict(self._user_initial_params)
 
     @property
@@ -235,7 +263,16 @@ class StochasticGradientKernel(MCMCKernel):
 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.chain_seed)
-            structure = inspect_model(self.model, args, kwargs, self.subsample_plate)
+            try:
+                structure = inspect_model(self.model, args, kwargs, self.subsample_plate)
+            except (IndexError, RuntimeError, TypeError) as error:
+                raise ModelContractError(
+                    f"the model fails on the data given to run(...) ({type(error).__name__}: "
+                    f"{str(error).splitlines()[0] if str(error) else ''}). Check that the data "
+                    "match the model: plate sizes, numbers of rows and features, dtypes."
+                ) from error
+            if user_initial is not None:
+                self._check_initial_params(user_initial, structure)
             gibbs = self._resolve_gibbs(args, kwargs)
             initial_params, _, transforms, _ = initialize_model(
                 self.model,
@@ -288,6 +325,27 @@ class StochasticGradientKernel(MCMCKernel):
         else:
             self._gibbs_every = self.gibbs_every
         self._args, self._kwargs = args, kwargs
+
+    @staticmethod
+    def _check_initial_params(
+        params: Mapping[str, torch.Tensor], structure: ModelStructure
+    ) -> None:
+        """User initial values must name every latent site, with its unconstrained shape."""
+        latent = set(structure.latent_sites)
+        unknown, missing = sorted(set(params) - latent), sorted(latent - set(params))
+        if unknown or missing:
+            raise ValueError(
+                f"initial_params must give every latent site {sorted(latent)} and no other; "
+                f"unknown: {unknown}, missing: {missing}"
+            )
+        for name in structure.latent_sites:
+            site = structure.trace.nodes[name]
+            expected = biject_to(site["fn"].support).inv(site["value"]).shape
+            if params[name].shape != expected:
+                raise ValueError(
+                    f"initial_params[{name!r}] has shape {tuple(params[name].shape)}; the site's "
+                    f"unconstrained value has shape {tuple(expected)}"
+                )
 
     def _resolve_gibbs(self, args: tuple, kwargs: Mapping[str, Any]) -> list[GibbsUpdate]:
         """The Gibbs blocks: given, declared by the model, or found in its trace (``"auto"``)."""
@@ -382,7 +440,8 @@ class StochasticGradientKernel(MCMCKernel):
                 f"to step {self._num_steps} (draw {self._num_draws}) produced non-finite values at "
                 f"sites {bad_sites}; step size was {self._last_step_size:.3g}. Reduce step_size "
                 f"(or learning_rate) or check the model. The {len(self._draws)} draws collected "
-                "before this are in the exception's `draws` attribute.",
+                "before this are in the exception's `draws` attribute"
+                + ("." if self.keep_draws else " (none: the kernel has keep_draws=False)."),
                 iteration=self._num_steps,
                 sites=bad_sites,
                 draws=draws,
@@ -416,8 +475,165 @@ class StochasticGradientKernel(MCMCKernel):
                     self._draw_diverged,
                 )
             )
-            self._draws.append(draw)
+            if self.keep_draws:
+                self._draws.append(draw)
         self._num_draws += 1
+
+    # ------------------------------------------------------------------ checkpoints
+    #: Attributes of a subclass that change the chain's path (compared by :meth:`signature`).
+    _config_attributes: tuple[str, ...] = ()
+
+    @property
+    def current_params(self) -> TensorDict | None:
+        """The unconstrained position to pass to the next :meth:`sample` call.
+
+        The last draw returned (or loaded by :meth:`load_state_dict`); the initial values before
+        the first draw. Passing any other dict restarts the dynamics there (momenta zeroed).
+        """
+        return self._last_returned if self._last_returned is not None else self._initial_params
+
+    def _config(self) -> dict[str, str]:
+        """The hyper-parameters that determine the chain, as comparable strings."""
+        names = (
+            "_step_size_arg",
+            "_learning_rate_arg",
+            "batch_size",
+            "subsample_plate",
+            "num_steps_per_sample",
+            "temperature",
+            "batch_sampling",
+            "gibbs_every",
+            "potential",
+            "_gibbs_arg",
+            *self._config_attributes,
+        )
+        return {name.strip("_"): _describe(getattr(self, name)) for name in names}
+
+    def signature(self) -> dict[str, Any]:
+        """What a saved state must share with this kernel to be loaded into it.
+
+        The kernel class, its hyper-parameters (:meth:`_config`), and the model as the kernel
+        sees it after :meth:`setup`: names, shapes and dtypes of the unconstrained latent sites,
+        the observed sites in the data plate, the plate's name and size ``N``.
+        """
+        if self._structure is None or self._initial_params is None:
+            raise RuntimeError("the kernel has not been set up: call setup(...) first")
+        return {
+            "kernel": type(self).__qualname__,
+            "config": self._config(),
+            "latent_sites": {
+                name: [list(value.shape), str(value.dtype)]
+                for name, value in self._initial_params.items()
+            },
+            "observed_sites": list(self._structure.observed_sites),
+            "num_data": self._structure.num_data,
+        }
+
+    def state_dict(self, *, include_draws: bool = True) -> dict[str, Any]:
+        """Everything needed to continue the current chain bit for bit.
+
+        Call it between two :meth:`sample` calls. The result holds plain Python values and
+        tensors only (``torch.load(..., weights_only=True)`` reads it back): counters, the
+        schedule position (the step counter: the schedules are functions of it), the
+        generator's state, the minibatch order, the dynamics state (position, momenta,
+        preconditioner statistics), the Gibbs-updated values, divergence bookkeeping, per-draw
+        statistics and, with ``include_draws``, the kept draws. Tensors are shared, not copied.
+
+        Parameters
+        ----------
+        include_draws:
+            Include the kept draws (only present when ``keep_draws=True``). A driver that stores
+            the draws itself passes ``False`` and hands them back to :meth:`load_state_dict`.
+        """
+        if self._potential is None:
+            raise RuntimeError("the kernel has not been set up: call setup(...) first")
+        state = {
+            "signature": self.signature(),
+            "chain_seed": self.chain_seed,
+            "num_setups": self._num_setups,
+            "warmup_steps": self._warmup_steps,
+            "num_steps": self._num_steps,
+            "num_draws": self._num_draws,
+            "generator": self._generator.get_state(),
+            "batches": self._batches.state_dict(),
+            "initial_params": dict(self._initial_params),
+            "dynamics": None if self._state is None else dict(self._state._asdict()),
+            "fixed": dict(self._fixed),
+            "consecutive_divergences": self._consecutive_divergences,
+            "divergent_steps": list(self._divergent_steps),
+            "divergences": list(self._divergences),
+            "num_warmup_divergences": self._num_warmup_divergences,
+            "last_potential": self._last_potential,
+            "last_step_size": self._last_step_size,
+            "stats": [tuple(s) for s in self._stats],
+            "extra": self._extra_state(),
+        }
+        if include_draws:
+            state["draws"] = list(self._draws)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue the chain saved by :meth:`state_dict`.
+
+        Call :meth:`setup` first with the same ``warmup_steps`` and data (it rebuilds the
+        potential, the transforms and the minibatch sampler); this then overwrites the chain's
+        state. The next :meth:`sample` call must be given :attr:`current_params`.
+
+        Raises
+        ------
+        CheckpointError
+            If the state was saved by another kernel class, with other hyper-parameters, for a
+            model with other latent sites or data size, or with another ``warmup_steps``.
+        """
+        if self._potential is None:
+            raise RuntimeError(
+                "call setup(warmup_steps, *args, **kwargs) with the model's data before "
+                "load_state_dict(...)"
+            )
+        if not isinstance(state, Mapping) or "signature" not in state:
+            raise CheckpointError("not a kernel state: it has no 'signature' entry")
+        differences = _differences(state["signature"], self.signature())
+        if differences:
+            raise CheckpointError(
+                "the saved state belongs to another kernel or model and cannot be continued "
+                "here: " + "; ".join(differences)
+            )
+        if state["warmup_steps"] != self._warmup_steps:
+            raise CheckpointError(
+                f"the saved chain was set up with warmup_steps={state['warmup_steps']}, this "
+                f"one with warmup_steps={self._warmup_steps}"
+            )
+        self.chain_seed = state["chain_seed"]
+        self._num_setups = state["num_setups"]
+        self._num_steps = state["num_steps"]
+        self._num_draws = state["num_draws"]
+        self._generator.set_state(state["generator"])
+        self._batches.load_state_dict(state["batches"])
+        self._initial_params = dict(state["initial_params"])
+        self._fixed = dict(state["fixed"])
+        if state["dynamics"] is None:
+            self._state = None
+            self._last_returned = None
+        else:
+            dynamic, _ = self._split(self._initial_params)
+            self._state = self._init_state(dynamic)._replace(**state["dynamics"])
+            self._last_returned = {**self._state.position, **self._fixed}
+        self._consecutive_divergences = state["consecutive_divergences"]
+        self._divergent_steps = list(state["divergent_steps"])
+        self._divergences = list(state["divergences"])
+        self._num_warmup_divergences = state["num_warmup_divergences"]
+        self._last_potential = state["last_potential"]
+        self._last_step_size = state["last_step_size"]
+        self._stats = [_DrawStats(*s) for s in state["stats"]]
+        self._draws = list(state.get("draws", ())) if self.keep_draws else []
+        self._load_extra_state(state["extra"])
+
+    def _extra_state(self) -> dict[str, Any]:
+        """State a subclass keeps besides the dynamics state (see :meth:`state_dict`)."""
+        return {}
+
+    def _load_extra_state(self, extra: Mapping[str, Any]) -> None:
+        """Restore what :meth:`_extra_state` saved."""
 
     # ------------------------------------------------------------------ results
     def collected_draws(self) -> TensorDict:
@@ -485,6 +701,33 @@ class StochasticGradientKernel(MCMCKernel):
             f"num_steps_per_sample={self.num_steps_per_sample}, "
             f"temperature={self.temperature})"
         )
+
+
+def _describe(value: Any) -> str:
+    """A stable text form of a hyper-parameter: ``repr`` for values and the built-in schedules
+    (frozen dataclasses), the qualified name for other callables and for objects without a
+    ``repr`` of their own (theirs holds an address that changes from run to run)."""
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_describe(v) for v in value) + "]"
+    if callable(value) and not is_dataclass(value):
+        module = getattr(value, "__module__", None) or type(value).__module__
+        name = getattr(value, "__qualname__", None) or type(value).__qualname__
+        return f"<callable {module}.{name}>"
+    if type(value).__repr__ is object.__repr__:
+        return f"<{type(value).__module__}.{type(value).__qualname__}>"
+    return repr(value)
+
+
+def _differences(saved: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list:
+    """Human-readable differences between two signatures (nested dicts)."""
+    found = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key, "<missing>"), current.get(key, "<missing>")
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            found.extend(_differences(a, b, f"{prefix}{key}."))
+        elif a != b:
+            found.append(f"{prefix}{key}: saved {a!r}, now {b!r}")
+    return found
 
 
 def check_friction(friction: float) -> float:

@@ -62,6 +62,7 @@ class ConstantSGD(StochasticGradientKernel):
     """
 
     algorithm = "constant SGD"
+    _config_attributes = ("optimal_rate", "preconditioner", "rate_multiplier")
 
     def __init__(
         self,
@@ -103,6 +104,27 @@ class ConstantSGD(StochasticGradientKernel):
                 "ConstantSGD(optimal_rate=True) needs minibatches: batch_size must be < N"
             )
 
+    def _extra_state(self) -> dict:
+        # The running sum is updated in place: copy it so that a saved state stays as it was.
+        square = self._square_difference
+        rates = self.optimal_rates
+        return {
+            "square_difference": None
+            if square is None
+            else {k: v.clone() for k, v in square.items()},
+            "num_noise_estimates": self._num_noise_estimates,
+            "optimal_rates": dict(rates) if isinstance(rates, dict) else rates,
+        }
+
+    def _load_extra_state(self, extra) -> None:
+        square = extra["square_difference"]
+        self._square_difference = (
+            None if square is None else {k: v.clone() for k, v in square.items()}
+        )
+        self._num_noise_estimates = extra["num_noise_estimates"]
+        rates = extra["optimal_rates"]
+        self.optimal_rates = dict(rates) if isinstance(rates, dict) else rates
+
     def _init_state(self, position: TensorDict) -> SGDState:
         return sgd_init(position)
 
@@ -116,6 +138,12 @@ class ConstantSGD(StochasticGradientKernel):
             self._update_noise_estimate(state, gradient)
         if self.optimal_rate and self._num_draws >= self._warmup_steps:
             if self.optimal_rates is None:
+                if not any(bool(v.sum() > 0) for v in self._square_difference.values()):
+                    raise ValueError(
+                        "ConstantSGD(optimal_rate=True) measured no minibatch gradient noise "
+                        "during warm-up (all minibatches gave the same gradient), so the optimal "
+                        "rate is undefined: pass optimal_rate=False or a smaller batch_size"
+                    )
                 rates = optimal_constant_rates(
                     {k: v / self._num_noise_estimates for k, v in self._square_difference.items()},
                     self.num_data,

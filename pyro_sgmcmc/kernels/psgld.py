@@ -39,6 +39,7 @@ class PSGLD(StochasticGradientKernel):
     """
 
     algorithm = "pSGLD"
+    _config_attributes = ("decay", "epsilon")
 
     def __init__(
         self, model, step_size=None, *, decay: float = 0.99, epsilon: float = 1e-5, **kwargs

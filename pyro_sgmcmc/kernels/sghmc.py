@@ -69,6 +69,13 @@ class SGHMC(StochasticGradientKernel):
     """
 
     algorithm = "SGHMC"
+    _config_attributes = (
+        "friction",
+        "gradient_noise",
+        "gradient_noise_decay",
+        "resample_momentum_every",
+        "momentum_persistence",
+    )
 
     def __init__(
         self,
@@ -107,6 +114,14 @@ class SGHMC(StochasticGradientKernel):
     def _reset_chain(self) -> None:
         super()._reset_chain()
         self._noise_estimate: GradientNoiseEstimate | None = None
+
+    def _extra_state(self) -> dict:
+        estimate = self._noise_estimate
+        return {"noise_estimate": None if estimate is None else dict(estimate._asdict())}
+
+    def _load_extra_state(self, extra) -> None:
+        estimate = extra["noise_estimate"]
+        self._noise_estimate = None if estimate is None else GradientNoiseEstimate(**estimate)
 
     def _init_state(self, position: TensorDict) -> SGHMCState:
         return sghmc_init(position)

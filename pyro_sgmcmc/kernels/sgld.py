@@ -66,6 +66,12 @@ class SGLD(StochasticGradientKernel):
     batch_sampling:
         ``"epoch"`` (default): each epoch is a fresh permutation cut into batches, so every row is
         used once an epoch; ``"independent"``: every batch is drawn afresh (white gradient noise).
+    keep_draws:
+        Keep a reference to every kept draw (default ``True``) so that a
+        :class:`~pyro_sgmcmc.SamplerDivergedError` can hand back what was collected before it.
+        ``False`` holds no draws: use it with ``pyro.infer.StreamingMCMC`` or
+        :class:`~pyro_sgmcmc.checkpoint.ResumableMCMC` (``draw_dtype``) when the draws of a large
+        network would not fit in memory twice.
 
     References
     ----------

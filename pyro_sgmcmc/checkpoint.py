@@ -1,0 +1,712 @@
+r"""Checkpoint, resume and extend SG-MCMC runs, and keep what was drawn when a run is interrupted.
+
+:class:`ResumableMCMC` is a ``pyro.infer.MCMC`` that runs its chains one after the other in this
+process, with the same loop as Pyro's sequential sampler (``kernel.setup``, then one
+``kernel.sample`` per warm-up draw and per kept draw, the hook after each), and
+
+* writes a checkpoint file every ``checkpoint_every`` draws and/or ``checkpoint_seconds`` seconds,
+  at the end of each chain and when it is interrupted (Ctrl-C);
+* continues from such a file (:meth:`ResumableMCMC.resume`, or ``run(..., resume_from=path)``)
+  so that the continued run is **bit-identical** to one that was never interrupted: same draws,
+  same diagnostics;
+* continues a finished run for more draws (:meth:`ResumableMCMC.extend`), again bit-identical
+  to a run asked for the larger number of draws from the start.
+
+After a run, ``get_samples()``, ``diagnostics()``, ``summary()``, ``arviz.from_pyro`` and
+:func:`pyro_sgmcmc.to_inference_data` work as for ``pyro.infer.MCMC``.
+
+What a checkpoint holds
+-----------------------
+A dictionary written with :func:`torch.save`: the format name and version
+(:data:`FORMAT_VERSION`), the run's settings (``num_samples``, ``warmup_steps``, ``num_chains``),
+the signature of the kernel and model (kernel class and hyper-parameters; names, shapes and
+dtypes of the latent sites; observed sites; data size), a fingerprint of the data (BLAKE2b of
+the tensors given to ``run``), for each chain its kept draws (unconstrained), its diagnostics
+and the kernel's complete state (:meth:`~pyro_sgmcmc.StochasticGradientKernel.state_dict`:
+position, momenta, preconditioner statistics, step counter, hence schedule position, minibatch
+order, the generator's state, divergence bookkeeping, per-draw statistics), and the global random
+states of torch, NumPy and Python (the kernels draw their chain seeds from torch's when
+``seed=None``). It holds only tensors and plain Python values and is read back with
+``torch.load(..., weights_only=True)``, which unpickles no arbitrary objects. Files are written
+to a temporary file in the same directory, flushed to disk (``fsync``) and renamed over the
+target (``os.replace``), so the file on disk is always a complete checkpoint.
+
+Each checkpoint rewrites every draw kept so far; with very many draws, checkpoint less often
+(``checkpoint_seconds``) or thin more (``num_steps_per_sample``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyro
+import pyro.poutine as poutine
+import torch
+from pyro.infer.mcmc.api import MCMC, AbstractMCMC
+from pyro.infer.mcmc.logger import ProgressBar
+from pyro.util import optional
+
+from ._validation import check_positive, check_positive_int
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "ResumableMCMC",
+    "data_fingerprint",
+    "load_checkpoint",
+    "save_checkpoint",
+]
+
+#: Version of the checkpoint format written by this module; files of other versions are refused.
+FORMAT_VERSION = 1
+_FORMAT_NAME = "pyro_sgmcmc.checkpoint"
+
+TensorDict = dict[str, torch.Tensor]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be used: not a checkpoint, another format version, or another model,
+    kernel, data set or run configuration. The message says which."""
+
+
+# ---------------------------------------------------------------------- files
+def check_writable_path(path: str | os.PathLike, name: str = "checkpoint_path") -> Path:
+    """Return ``path`` as a :class:`~pathlib.Path` after checking that a file can be written there.
+
+    The directory must exist and accept new files (the checkpoint is written next to the target
+    and renamed over it); ``path`` must not be a directory.
+    """
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
+    path = Path(path)
+    if str(path) == "" or path.name == "":
+        raise ValueError(f"{name} must name a file, got {str(path)!r}")
+    if path.is_dir():
+        raise ValueError(f"{name} must name a file, but {str(path)!r} is a directory")
+    directory = path.parent
+    if not directory.is_dir():
+        raise ValueError(f"{name}: the directory {str(directory)!r} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as error:
+        raise ValueError(
+            f"{name}: cannot write to the directory {str(directory)!r} ({error.strerror})"
+        ) from error
+    return path
+
+
+def save_checkpoint(payload: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """Write ``payload`` to ``path`` atomically.
+
+    The data go to a temporary file in the same directory, which is flushed and ``fsync``-ed and
+    then renamed over ``path`` (``os.replace``, atomic on POSIX and Windows): a reader, or a run
+    killed half-way, sees either the previous complete file or the new one.
+    """
+    path = Path(path)
+    handle = tempfile.NamedTemporaryFile(
+        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
+    )
+    try:
+        with handle:
+            torch.save(dict(payload), handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, path)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+    if hasattr(os, "O_DIRECTORY"):
+        descriptor = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a checkpoint written by :class:`ResumableMCMC`, refusing anything else.
+
+    Uses ``torch.load(..., weights_only=True)``: only tensors and plain Python containers are
+    read, no arbitrary pickled objects.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no file at ``path``.
+    CheckpointError
+        If the file is not a checkpoint of this library or has another format version.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint file at {str(path)!r}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise CheckpointError(
+            f"{str(path)!r} is not a readable pyro_sgmcmc checkpoint "
+            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+        ) from error
+    if not isinstance(payload, dict) or payload.get("format") != _FORMAT_NAME:
+        raise CheckpointError(f"{str(path)!r} is not a pyro_sgmcmc checkpoint (no format marker)")
+    version = payload.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{str(path)!r} has checkpoint format version {version!r}; this version of "
+            f"pyro_sgmcmc reads version {FORMAT_VERSION} only"
+        )
+    return payload
+
+
+def data_fingerprint(args: tuple, kwargs: Mapping[str, Any]) -> str:
+    """A BLAKE2b digest of the model arguments: tensors by dtype, shape and bytes, other
+    values by type and ``repr`` when that is stable (no memory address)."""
+    digest = hashlib.blake2b(digest_size=16)
+    named = [(str(i), a) for i, a in enumerate(args)] + sorted(
+        (str(k), v) for k, v in kwargs.items()
+    )
+    for name, value in named:
+        digest.update(name.encode())
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"{flat.dtype}{tuple(value.shape)}".encode())
+            digest.update(flat.view(torch.uint8).numpy().data)
+        elif value is None or isinstance(value, bool | int | float | str):
+            digest.update(repr(value).encode())
+        else:
+            digest.update(type(value).__qualname__.encode())
+    return digest.hexdigest()
+
+
+def _global_rng_state() -> dict[str, Any]:
+    # The legacy global NumPy state is the one ``pyro.set_rng_seed`` seeds.
+    kind, keys, position, has_gauss, cached = np.random.get_state()  # noqa: NPY002
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached],
+        "python": random.getstate(),
+    }
+
+
+def _set_global_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    kind, keys, position, has_gauss, cached = state["numpy"]
+    keys = keys.numpy().astype(np.uint32)
+    np.random.set_state((kind, keys, position, has_gauss, cached))  # noqa: NPY002
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+@contextmanager
+def _deferred_interrupt() -> Iterator[threading.Event]:
+    """Hold back Ctrl-C until the current draw is complete.
+
+    The first SIGINT only sets the returned event (the driver stops at the next draw boundary,
+    where the state can be saved); a second one interrupts at once. Outside the main thread
+    signals cannot be caught, and the event is never set.
+    """
+    requested = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield requested
+        return
+
+    def handler(signum, frame):
+        if requested.is_set():
+            signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        requested.set()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield requested
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# ---------------------------------------------------------------------- the driver
+class ResumableMCMC(MCMC):
+    r"""``pyro.infer.MCMC`` for SG-MCMC kernels with checkpoints, resumption and extension.
+
+    Chains run one after the other in this process (SG-MCMC chains are cheap per step, and a
+    checkpoint needs the whole state in one place). The run is reproducible exactly as with
+    ``pyro.infer.MCMC`` on one core: seed the kernel (``seed=``) or call ``pyro.set_rng_seed``.
+
+    Parameters
+    ----------
+    kernel:
+        An SG-MCMC kernel (:class:`~pyro_sgmcmc.SGLD`, :class:`~pyro_sgmcmc.SGHMC`,
+        :class:`~pyro_sgmcmc.PSGLD`, :class:`~pyro_sgmcmc.ConstantSGD`) or any kernel with
+        ``state_dict``, ``load_state_dict``, ``signature`` and ``current_params``.
+    num_samples:
+        Kept draws per chain, ``>= 1``.
+    warmup_steps:
+        Discarded draws per chain before those, ``>= 0`` (default ``num_samples``, as Pyro).
+    initial_params, num_chains, hook_fn, disable_progbar, disable_validation, transforms,
+    save_params:
+        As in ``pyro.infer.MCMC``. ``num_chains`` may exceed the number of CPUs.
+    checkpoint_path:
+        File to write checkpoints to (its directory must exist and be writable); ``None``
+        writes none (the draws are still kept when interrupted).
+    checkpoint_every:
+        Write a checkpoint after every so many draws (warm-up included), ``>= 1``.
+    checkpoint_seconds:
+        Write a checkpoint when this many seconds have passed since the last one, ``> 0``.
+        With a ``checkpoint_path`` and neither option, a checkpoint is written every 60 s.
+        Checkpoints are also written at the end of each chain and on interruption.
+    draw_dtype:
+        Store the kept draws in this floating dtype (e.g. ``torch.float16`` to quarter the
+        memory of float64 draws); the chain itself runs at full precision. ``None`` (default)
+        stores them as they are. Pair it with the kernel's ``keep_draws=False``.
+
+    Examples
+    --------
+    >>> mcmc = ResumableMCMC(SGLD(model, step_size=1e-4, seed=0), num_samples=1000,
+    ...                      checkpoint_path="run.ckpt", checkpoint_every=100)  # doctest: +SKIP
+    >>> mcmc.run(x, y)              # Ctrl-C keeps the draws and leaves run.ckpt  # doctest: +SKIP
+    >>> mcmc = ResumableMCMC.resume("run.ckpt", SGLD(model, step_size=1e-4, seed=0), x, y)
+    ... # doctest: +SKIP
+    >>> mcmc.extend(500)            # 500 more draws per chain  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        kernel,
+        num_samples: int,
+        warmup_steps: int | None = None,
+        initial_params: Mapping[str, torch.Tensor] | None = None,
+        num_chains: int = 1,
+        hook_fn: Callable | None = None,
+        disable_progbar: bool = False,
+        disable_validation: bool | None = True,
+        transforms: Mapping | None = None,
+        save_params: list[str] | None = None,
+        *,
+        checkpoint_path: str | os.PathLike | None = None,
+        checkpoint_every: int | None = None,
+        checkpoint_seconds: float | None = None,
+        draw_dtype: torch.dtype | None = None,
+    ) -> None:
+        required = ("setup", "sample", "state_dict", "load_state_dict", "signature")
+        missing = [name for name in required if not callable(getattr(kernel, name, None))]
+        if missing:
+            raise TypeError(
+                f"kernel must be an SG-MCMC kernel with {', '.join(required)} (e.g. "
+                f"pyro_sgmcmc.SGLD); {type(kernel).__name__} lacks {', '.join(missing)}"
+            )
+        num_samples = check_positive_int("num_samples", num_samples)
+        warmup_steps = num_samples if warmup_steps is None else warmup_steps
+        warmup_steps = check_positive_int("warmup_steps", warmup_steps, minimum=0)
+        num_chains = check_positive_int("num_chains", num_chains)
+        if hook_fn is not None and not callable(hook_fn):
+            raise TypeError(f"hook_fn must be callable, got {type(hook_fn).__name__}")
+        if checkpoint_every is not None:
+            checkpoint_every = check_positive_int("checkpoint_every", checkpoint_every)
+        if checkpoint_seconds is not None:
+            checkpoint_seconds = check_positive("checkpoint_seconds", checkpoint_seconds)
+        if checkpoint_path is not None:
+            checkpoint_path = check_writable_path(checkpoint_path)
+            if checkpoint_every is None and checkpoint_seconds is None:
+                checkpoint_seconds = 60.0
+        if draw_dtype is not None and not (
+            isinstance(draw_dtype, torch.dtype) and draw_dtype.is_floating_point
+        ):
+            raise TypeError(
+                f"draw_dtype must be None or a floating torch.dtype such as torch.float16, "
+                f"got {draw_dtype!r}"
+            )
+        AbstractMCMC.__init__(self, kernel, num_chains, transforms)
+        self.num_samples = num_samples
+        self.warmup_steps = warmup_steps
+        self.disable_validation = disable_validation
+        self.disable_progbar = disable_progbar
+        self.hook_fn = hook_fn
+        if save_params is not None:
+            kernel.save_params = list(save_params)
+        if initial_params:
+            initial_params = {k: torch.as_tensor(v) for k, v in initial_params.items()}
+            if num_chains > 1:
+                self._validate_initial_params(initial_params)
+            else:
+                initial_params = {k: v.unsqueeze(0) for k, v in initial_params.items()}
+        self.initial_params = initial_params or None
+        self.checkpoint_path = checkpoint_path
+        self.checkpoint_every = checkpoint_every
+        self.checkpoint_seconds = checkpoint_seconds
+        self.draw_dtype = draw_dtype
+        #: ``True`` after a run stopped on KeyboardInterrupt (the draws so far are kept).
+        self.interrupted = False
+        self._samples = None
+        self._args: tuple | None = None
+        self._kwargs: dict | None = None
+        self._fingerprint: str | None = None
+        self._reset_progress()
+
+    def _reset_progress(self) -> None:
+        self._chain_draws: list[list[TensorDict]] = [[] for _ in range(self.num_chains)]
+        self._chain_states: list[dict | None] = [None] * self.num_chains
+        self._diagnostics = [None] * self.num_chains
+        self._current_chain = 0
+        self._consistent = True
+        self._last_checkpoint_time = time.monotonic()
+
+    # ------------------------------------------------------------------ public API
+    @poutine.block
+    def run(self, *args, resume_from: str | os.PathLike | None = None, **kwargs) -> None:
+        """Run the chains, or continue the run saved in ``resume_from``.
+
+        Parameters
+        ----------
+        *args, **kwargs:
+            The model's data, as for ``pyro.infer.MCMC.run``; when resuming, the same data as
+            the saved run (checked against its fingerprint).
+        resume_from:
+            A checkpoint written by a run with the same kernel (class and hyper-parameters),
+            model, data, ``num_samples``, ``warmup_steps`` and ``num_chains``.
+
+        Raises
+        ------
+        KeyboardInterrupt
+            Re-raised after Ctrl-C (or a hook raising it): the draws so far stay on the object
+            (:meth:`collected_samples`) and, with a ``checkpoint_path``, a checkpoint of the
+            last complete draw is on disk.
+        CheckpointError
+            If ``resume_from`` does not belong to this run.
+        """
+        args = tuple(a.detach() if torch.is_tensor(a) else a for a in args)
+        self._args, self._kwargs = args, kwargs
+        self._fingerprint = data_fingerprint(args, kwargs)
+        self._samples = None
+        self.interrupted = False
+        self._consistent = True
+        restore_rng = None
+        if resume_from is None:
+            self._reset_progress()
+        else:
+            restore_rng = self._restore(load_checkpoint(resume_from), resume_from)
+        self._sample_chains(restore_rng)
+
+    @classmethod
+    def resume(
+        cls,
+        path: str | os.PathLike,
+        kernel,
+        *args,
+        hook_fn: Callable | None = None,
+        disable_progbar: bool = False,
+        checkpoint_path: str | os.PathLike | None = None,
+        **kwargs,
+    ) -> ResumableMCMC:
+        """Continue the run saved in ``path`` to its end and return it.
+
+        The settings (``num_samples``, ``warmup_steps``, ``num_chains``, checkpoint frequency,
+        ``draw_dtype``, ``save_params``, ``initial_params``) are read from the file; ``kernel``
+        must be built as the saved one (same class and hyper-parameters) on the same model,
+        and ``*args, **kwargs`` are the same data. Checkpoints go on to ``checkpoint_path``
+        (default: ``path`` itself).
+        """
+        payload = load_checkpoint(path)
+        settings = payload["run"]
+        mcmc = cls(
+            kernel,
+            num_samples=settings["num_samples"],
+            warmup_steps=settings["warmup_steps"],
+            num_chains=settings["num_chains"],
+            initial_params=settings["initial_params"],
+            hook_fn=hook_fn,
+            disable_progbar=disable_progbar,
+            save_params=settings["save_params"],
+            checkpoint_path=path if checkpoint_path is None else checkpoint_path,
+            checkpoint_every=settings["checkpoint_every"],
+            checkpoint_seconds=settings["checkpoint_seconds"],
+            draw_dtype=getattr(torch, settings["draw_dtype"]) if settings["draw_dtype"] else None,
+        )
+        if mcmc.initial_params is not None and settings["num_chains"] == 1:
+            mcmc.initial_params = settings["initial_params"]
+        mcmc.run(*args, resume_from=path, **kwargs)
+        return mcmc
+
+    @poutine.block
+    def extend(self, num_samples: int) -> None:
+        """Draw ``num_samples`` more kept draws per chain, continuing each chain where it ended.
+
+        The result is bit-identical to a run asked for the larger number of draws from the
+        start. Checkpoints and interruption behave as in :meth:`run`.
+        """
+        num_samples = check_positive_int("num_samples", num_samples)
+        if self._args is None or not all(map(self._chain_complete, range(self.num_chains))):
+            raise RuntimeError(
+                "extend() continues a finished run: call run(...) (or resume) to the end first"
+            )
+        self.num_samples += num_samples
+        self._samples = None
+        self.interrupted = False
+        self._sample_chains(None)
+
+    def collected_samples(self) -> list[TensorDict]:
+        """The kept draws so far, constrained, one dict per chain that has any (site -> tensor
+        with the draws along the first dimension). Useful after an interruption."""
+        transforms = self._transforms()
+        result = []
+        for draws in self._chain_draws:
+            if draws:
+                result.append(
+                    {
+                        name: self._constrain(
+                            name, torch.stack([d[name] for d in draws]), transforms
+                        )
+                        for name in draws[0]
+                    }
+                )
+        return result
+
+    def save_checkpoint(self, path: str | os.PathLike | None = None) -> None:
+        """Write a checkpoint of the run as it stands (after :meth:`run`, or after it was
+        interrupted) to ``path`` (default: ``checkpoint_path``)."""
+        target = self.checkpoint_path if path is None else check_writable_path(path, "path")
+        if target is None:
+            raise ValueError("give a path: this run has no checkpoint_path")
+        if self._args is None:
+            raise RuntimeError("nothing to save: call run(...) first")
+        if not self._consistent:
+            raise RuntimeError(
+                "the run was interrupted inside a draw, where its state cannot be saved; resume "
+                "from the last checkpoint file instead"
+            )
+        save_checkpoint(self._payload(None), target)
+
+    # ------------------------------------------------------------------ the loop
+    def _sample_chains(self, restore_rng: Mapping[str, Any] | None) -> None:
+        with optional(
+            pyro.validation_enabled(not self.disable_validation),
+            self.disable_validation is not None,
+        ):
+            with _deferred_interrupt() as interrupt:
+                for chain in range(self.num_chains):
+                    if self._chain_complete(chain):
+                        continue
+                    self._run_chain(chain, interrupt, restore_rng)
+                    restore_rng = None
+        if restore_rng is not None:
+            _set_global_rng_state(restore_rng)
+        self._finalize()
+
+    def _total_draws(self) -> int:
+        return self.warmup_steps + self.num_samples
+
+    def _chain_complete(self, chain: int) -> bool:
+        state = self._chain_states[chain]
+        return (
+            state is not None
+            and state["num_draws"] >= self._total_draws()
+            and self._diagnostics[chain] is not None
+        )
+
+    def _setup_quietly(self) -> None:
+        """``kernel.setup`` without touching the global random state (to load a saved state)."""
+        with torch.random.fork_rng(devices=[]):
+            self.kernel.setup(self.warmup_steps, *self._args, **self._kwargs)
+
+    def _run_chain(
+        self, chain: int, interrupt: threading.Event, restore_rng: Mapping[str, Any] | None
+    ) -> None:
+        kernel = self.kernel
+        saved = self._chain_states[chain]
+        if saved is None:
+            if chain > 0 and restore_rng is not None:
+                # A fresh kernel object: count the earlier chains' setups as the saved run did.
+                self._setup_quietly()
+                kernel.load_state_dict(self._chain_states[chain - 1])
+                kernel.cleanup()
+            if restore_rng is not None:
+                _set_global_rng_state(restore_rng)
+            if self.initial_params is not None:
+                kernel.initial_params = {k: v[chain] for k, v in self.initial_params.items()}
+            kernel.setup(self.warmup_steps, *self._args, **self._kwargs)
+            params = kernel.initial_params
+        else:
+            self._setup_quietly()
+            draws = self._chain_draws[chain] if self.draw_dtype is None else []
+            kernel.load_state_dict({**saved, "draws": draws})
+            params = kernel.current_params
+            if restore_rng is not None:
+                _set_global_rng_state(restore_rng)
+        self._chain_states[chain] = None
+        self._diagnostics[chain] = None
+        self._current_chain = chain
+        save_params = getattr(kernel, "save_params", None)
+        tag = f" [{chain}]" if self.num_chains > 1 else ""
+        done = saved["num_draws"] if saved is not None else 0
+        total = self._total_draws()
+        bar = ProgressBar(self.warmup_steps, self.num_samples, disable=self.disable_progbar)
+        bar.update(done)
+        at_boundary = True
+        try:
+            for index in range(done, total):
+                at_boundary = False
+                params = kernel.sample(params)
+                warmup = index < self.warmup_steps
+                if not warmup:
+                    self._chain_draws[chain].append(self._stored(params, save_params))
+                at_boundary = True
+                stage = "Warmup" if warmup else "Sample"
+                bar.set_description(stage + tag, refresh=False)
+                bar.set_postfix(kernel.logging(), refresh=False)
+                bar.update()
+                if self.hook_fn is not None:
+                    local = index if warmup else index - self.warmup_steps
+                    self.hook_fn(kernel, params, stage + tag, local)
+                if interrupt.is_set():
+                    raise KeyboardInterrupt
+                if self._checkpoint_due(index + 1):
+                    save_checkpoint(self._payload(kernel), self.checkpoint_path)
+                    self._last_checkpoint_time = time.monotonic()
+        except KeyboardInterrupt:
+            self.interrupted = True
+            if at_boundary:
+                self._chain_states[chain] = kernel.state_dict(include_draws=False)
+            else:
+                self._consistent = False
+            where = "no checkpoint_path was given"
+            if self.checkpoint_path is not None:
+                if at_boundary:
+                    save_checkpoint(self._payload(None), self.checkpoint_path)
+                    where = f"a checkpoint of it is in {str(self.checkpoint_path)!r}"
+                else:
+                    where = (
+                        f"the interrupt came inside a draw; the last checkpoint in "
+                        f"{str(self.checkpoint_path)!r} is older"
+                    )
+            warnings.warn(
+                f"interrupted in chain {chain} after {len(self._chain_draws[chain])} kept draws "
+                f"of that chain; {where}. The kept draws are in collected_samples().",
+                stacklevel=3,
+            )
+            raise
+        finally:
+            bar.close()
+        self._diagnostics[chain] = kernel.diagnostics()
+        self._chain_states[chain] = kernel.state_dict(include_draws=False)
+        kernel.cleanup()
+        if self.checkpoint_path is not None:
+            save_checkpoint(self._payload(None), self.checkpoint_path)
+            self._last_checkpoint_time = time.monotonic()
+
+    def _stored(self, params: TensorDict, save_params: list[str] | None) -> TensorDict:
+        names = params if save_params is None else save_params
+        if self.draw_dtype is None:
+            return {name: params[name] for name in names}
+        return {name: params[name].to(self.draw_dtype) for name in names}
+
+    def _checkpoint_due(self, num_draws: int) -> bool:
+        if self.checkpoint_path is None:
+            return False
+        if self.checkpoint_every is not None and num_draws % self.checkpoint_every == 0:
+            return True
+        return (
+            self.checkpoint_seconds is not None
+            and time.monotonic() - self._last_checkpoint_time >= self.checkpoint_seconds
+        )
+
+    # ------------------------------------------------------------------ checkpoint contents
+    def _payload(self, kernel) -> dict[str, Any]:
+        """The checkpoint: finished chains and, if ``kernel`` is given, the running one."""
+        chains = []
+        for chain in range(self.num_chains):
+            state = self._chain_states[chain]
+            if kernel is not None and chain == self._current_chain:
+                state = kernel.state_dict(include_draws=False)
+            chains.append(
+                {
+                    "draws": self._chain_draws[chain],
+                    "diagnostics": self._diagnostics[chain],
+                    "kernel_state": state,
+                }
+            )
+        signature = next(
+            (c["kernel_state"]["signature"] for c in chains if c["kernel_state"]), None
+        )
+        return {
+            "format": _FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "signature": signature,
+            "data_fingerprint": self._fingerprint,
+            "run": {
+                "num_samples": self.num_samples,
+                "warmup_steps": self.warmup_steps,
+                "num_chains": self.num_chains,
+                "initial_params": self.initial_params,
+                "save_params": getattr(self.kernel, "save_params", None),
+                "checkpoint_every": self.checkpoint_every,
+                "checkpoint_seconds": self.checkpoint_seconds,
+                "draw_dtype": None if self.draw_dtype is None else str(self.draw_dtype)[6:],
+            },
+            "chains": chains,
+            "rng": _global_rng_state(),
+            "written_at": time.time(),
+        }
+
+    def _restore(self, payload: Mapping[str, Any], path: str | os.PathLike) -> dict[str, Any]:
+        """Check that ``payload`` belongs to this run and load its chains; return its RNG."""
+        settings = payload["run"]
+        for name in ("num_samples", "warmup_steps", "num_chains"):
+            if settings[name] != getattr(self, name):
+                raise CheckpointError(
+                    f"the checkpoint {str(path)!r} was written by a run with {name}="
+                    f"{settings[name]}, this one has {name}={getattr(self, name)}; use "
+                    "ResumableMCMC.resume(path, ...) to take the saved settings, or extend() for "
+                    "more draws"
+                )
+        if payload["data_fingerprint"] != self._fingerprint:
+            raise CheckpointError(
+                f"the data given to run() differ from those of the checkpoint {str(path)!r} "
+                "(fingerprint of the tensors' dtypes, shapes and values): resume with the same data"
+            )
+        self._reset_progress()
+        for chain, saved in enumerate(payload["chains"]):
+            self._chain_draws[chain] = list(saved["draws"])
+            self._diagnostics[chain] = saved["diagnostics"]
+            self._chain_states[chain] = saved["kernel_state"]
+        first = next((s for s in self._chain_states if s is not None), None)
+        if first is not None:
+            # Compare kernel and model before running anything (load_state_dict checks again).
+            self._setup_quietly()
+            try:
+                self.kernel.load_state_dict(first)
+            finally:
+                self.kernel.cleanup()
+        return payload["rng"]
+
+    # ------------------------------------------------------------------ results
+    def _transforms(self) -> Mapping:
+        if self.transforms is not None:
+            return self.transforms
+        return getattr(self.kernel, "transforms", None) or {}
+
+    @staticmethod
+    def _constrain(name: str, value: torch.Tensor, transforms: Mapping) -> torch.Tensor:
+        return transforms[name].inv(value) if name in transforms else value
+
+    def _finalize(self) -> None:
+        """Fill ``_samples`` (constrained, ``(chain, draw, *shape)``) and ``transforms``."""
+        if self.transforms is None:
+            self.transforms = dict(getattr(self.kernel, "transforms", None) or {})
+        names = sorted(self._chain_draws[0][0])
+        samples = {}
+        for name in names:
+            stacked = torch.stack(
+                [torch.stack([draw[name] for draw in draws]) for draws in self._chain_draws]
+            )
+            samples[name] = self._constrain(name, stacked, self.transforms)
+        self._samples = samples
