@@ -470,17 +470,14 @@ def build_model(config: CompareConfig, data: Dataset) -> BayesianMLP:
         prior = ScaleMixturePrior(0.5, config.prior_scale, config.prior_scale * math.exp(-6))
     else:
         prior = GammaPrecision(1.0, 1.0)
-    # Built with module-local parameters so that the same object also works inside
-    # fit_svi, which enables that setting (a PyroModule built outside it fails there).
-    with pyro.settings.context(module_local_params=True):
-        return BayesianMLP(
-            data.num_features,
-            list(config.hidden),
-            data.output_dim,
-            activation=config.activation,
-            likelihood=likelihood,
-            prior=prior,
-        )
+    return BayesianMLP(
+        data.num_features,
+        list(config.hidden),
+        data.output_dim,
+        activation=config.activation,
+        likelihood=likelihood,
+        prior=prior,
+    )
 
 
 # --------------------------------------------------------------------------- methods

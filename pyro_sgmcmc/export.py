@@ -89,6 +89,7 @@ from pyro.poutine.util import site_is_subsample
 
 from ._validation import check_positive_int
 from .kernels.base import StochasticGradientKernel
+from .svi import SVIResult, global_param_mode
 
 __all__ = ["HMCStatsCollector", "build_groups", "to_datatree", "to_inference_data"]
 
@@ -424,6 +425,32 @@ def _axis_names(plate_axis: Mapping[str, int | None], dim_name: str) -> dict[str
 # ---------------------------------------------------------------------------------------------
 # sources: MCMC and SVI
 # ---------------------------------------------------------------------------------------------
+def _per_chain_diagnostics(mcmc: MCMC, num_chains: int) -> dict[str, dict[str, Any]]:
+    """The kernel's per-chain diagnostics, ``{key: {"chain c": value}}``, without R-hat or ESS.
+
+    ``MCMC.diagnostics()`` first computes Pyro's split R-hat and ESS of every site, and
+    ``split_gelman_rubin`` asserts at least 4 draws per chain: it fails on a short run that the
+    export can handle (ArviZ computes R-hat and ESS later, with its own small-sample rules). The
+    per-chain kernel diagnostics it merges in are kept by ``MCMC`` in ``_diagnostics`` (one dict
+    per chain, pyro-ppl 1.x); read them there, falling back to ``diagnostics()`` minus the
+    per-site entries if a Pyro version stores them elsewhere.
+    """
+    by_chain = getattr(mcmc, "_diagnostics", None)
+    if isinstance(by_chain, list | tuple) and len(by_chain) == num_chains and by_chain[0]:
+        return {
+            key: {f"chain {c}": by_chain[c][key] for c in range(num_chains)} for key in by_chain[0]
+        }
+    try:
+        merged = mcmc.diagnostics()
+    except AssertionError:  # too few draws for Pyro's split R-hat
+        return {}
+    return {
+        key: value
+        for key, value in merged.items()
+        if isinstance(value, Mapping) and "chain 0" in value
+    }
+
+
 def _mcmc_source(
     mcmc: MCMC, hmc_stats: HMCStatsCollector | None
 ) -> tuple[TensorDict, dict[str, np.ndarray], dict[str, Any]]:
@@ -432,7 +459,7 @@ def _mcmc_source(
         raise ValueError("the MCMC object has no samples: call mcmc.run(...) first")
     num_chains, num_draws = next(iter(samples.values())).shape[:2]
     kernel = mcmc.kernel
-    diagnostics = mcmc.diagnostics()
+    diagnostics = _per_chain_diagnostics(mcmc, num_chains)
 
     def per_chain(key: str) -> list[Any]:
         return [diagnostics[key][f"chain {c}"] for c in range(num_chains)]
@@ -475,17 +502,16 @@ def _mcmc_source(
 
 
 def _svi_source(fits: Any, num_draws: int, seed: int | None) -> tuple[TensorDict, dict]:
-    from .svi import SVIResult
-
     if not isinstance(fits, SVIResult):
         raise TypeError(f"expected an SVIResult, got {type(fits).__name__}")
     samples = fits.sample_posterior(num_draws, seed=seed)
-    return samples, {"method": "SVI"}
+    return samples, {"method": "SVI", "svi_estimator": fits.estimator}
 
 
 # ---------------------------------------------------------------------------------------------
 # public API
 # ---------------------------------------------------------------------------------------------
+@global_param_mode
 def build_groups(
     source: Any,
     model: Callable[..., Any] | None = None,
@@ -506,8 +532,6 @@ def build_groups(
     dims: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, xr.Dataset]:
     """The groups of :func:`to_inference_data` as a dict of ``xarray.Dataset`` (same arguments)."""
-    from .svi import SVIResult
-
     if not isinstance(plate_name, str) or not plate_name:
         raise ValueError(f"plate_name must be a non-empty string, got {plate_name!r}")
     if chunk_size is not None:

@@ -43,6 +43,26 @@ def _same_rows(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
         raise ValueError(f"{what}: {a.shape[0]} predictions but {b.shape[0]} targets")
     if a.shape[0] == 0:
         raise ValueError(f"{what}: no rows")
+    for name, value in (("predictions", a), ("targets", b)):
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{what}: the {name} contain NaN or infinite values")
+
+
+def _check_probs(probs: torch.Tensor, what: str, num_classes_from: torch.Tensor | None = None):
+    """Rows of ``probs`` must be probability vectors; labels must index their classes."""
+    if probs.dim() != 2:
+        raise ValueError(f"{what}: probs must have shape (N, K), got {tuple(probs.shape)}")
+    if bool((probs < 0).any()) or not torch.allclose(
+        probs.double().sum(-1), torch.ones(probs.shape[0], dtype=torch.float64), atol=1e-4
+    ):
+        raise ValueError(f"{what}: probs rows must be non-negative and sum to 1")
+    if num_classes_from is not None:
+        labels = num_classes_from
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= probs.shape[-1]):
+            raise ValueError(
+                f"{what}: labels must lie in [0, {probs.shape[-1] - 1}], got "
+                f"[{int(labels.min())}, {int(labels.max())}]"
+            )
 
 
 def rmse(mean: torch.Tensor, y: torch.Tensor) -> float:
@@ -88,6 +108,7 @@ def predictive_log_likelihood(pointwise_log_likelihood: torch.Tensor) -> float:
 def accuracy(probs: torch.Tensor, y: torch.Tensor) -> float:
     """Fraction of rows whose most probable class is the label."""
     _same_rows(probs, y, "accuracy")
+    _check_probs(probs, "accuracy", y)
     return float((probs.argmax(-1) == y).double().mean())
 
 
@@ -97,6 +118,7 @@ def negative_log_likelihood(probs: torch.Tensor, y: torch.Tensor) -> float:
     Probabilities are clamped below at the smallest positive float of their dtype.
     """
     _same_rows(probs, y, "negative_log_likelihood")
+    _check_probs(probs, "negative_log_likelihood", y)
     p = probs.double().gather(-1, y.long().reshape(-1, 1)).squeeze(-1)
     return float(-p.clamp_min(torch.finfo(torch.float64).tiny).log().mean())
 
@@ -120,6 +142,7 @@ def expected_calibration_error(probs: torch.Tensor, y: torch.Tensor, num_bins: i
     """
     num_bins = check_positive_int("num_bins", num_bins)
     _same_rows(probs, y, "expected_calibration_error")
+    _check_probs(probs, "expected_calibration_error", y)
     confidence, predicted = probs.double().max(-1)
     correct = (predicted == y).double()
     bins = torch.clamp(torch.ceil(confidence * num_bins).long() - 1, 0, num_bins - 1)

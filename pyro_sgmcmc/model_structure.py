@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from pyro import poutine
 from pyro.poutine.trace_struct import Trace
@@ -71,6 +72,8 @@ def check_finite_data(args: tuple, kwargs: Mapping[str, Any]) -> None:
         (f"kwargs[{k!r}]", v) for k, v in kwargs.items()
     ]
     for name, value in named:
+        if isinstance(value, np.ndarray) and value.dtype.kind in "fc":
+            value = torch.from_numpy(value)
         if isinstance(value, torch.Tensor):
             if value.numel() == 0:
                 raise ValueError(f"model argument {name} is an empty tensor: the data set is empty")
@@ -115,6 +118,7 @@ def inspect_model(
         )
     if num_data < 1:
         raise ModelContractError(f"the data plate {plate_name!r} has size {num_data}: no data")
+    _check_rows_against_plate(args, kwargs, plate_name, num_data)
 
     latent, observed = [], []
     for name, site in trace.nodes.items():
@@ -146,6 +150,22 @@ def inspect_model(
         )
     _check_plate_indexing(model, args, kwargs, plate_name, num_data, trace, observed)
     return ModelStructure(tuple(latent), num_data, plate_name, tuple(observed), trace)
+
+
+def _check_rows_against_plate(
+    args: tuple, kwargs: Mapping[str, Any], plate_name: str, num_data: int
+) -> None:
+    """Refuse data with more rows than the plate: the model would silently use only some."""
+    named = [(f"args[{i}]", a) for i, a in enumerate(args)] + [
+        (f"kwargs[{k!r}]", v) for k, v in kwargs.items()
+    ]
+    for name, value in named:
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] > num_data:
+            raise ModelContractError(
+                f"model argument {name} has {value.shape[0]} rows but the data plate "
+                f"{plate_name!r} has size {num_data}: only the first {num_data} rows would be "
+                f"used. Declare pyro.plate({plate_name!r}, {value.shape[0]}) or pass fewer rows."
+            )
 
 
 def _check_plate_indexing(

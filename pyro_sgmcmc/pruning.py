@@ -65,6 +65,9 @@ def prune_by_snr(
     unknown = [s for s in sites if s not in locs or s not in scales]
     if unknown:
         raise ValueError(f"sites must name sites present in locs and scales, got unknown {unknown}")
+    negative = [s for s in sites if bool((scales[s] <= 0).any())]
+    if negative:
+        raise ValueError(f"scales must be > 0 (allowed range (0, inf)); not so at sites {negative}")
     snr = torch.cat([(locs[s].abs() / scales[s]).reshape(-1) for s in sites])
     num_removed = math.ceil(fraction * snr.numel() - 1e-9)
     keep = torch.ones_like(snr, dtype=torch.bool)

@@ -101,6 +101,8 @@ class PolynomialDecay(Schedule):
         object.__setattr__(self, "gamma", check_interval("gamma", self.gamma, 0.0, 1.0))
 
     def __call__(self, t: int) -> float:
+        if t < 0:
+            raise ValueError(f"the step counter t must be >= 0, got {t}")
         return self.a * (self.b + t) ** (-self.gamma)
 
 

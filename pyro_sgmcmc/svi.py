@@ -27,6 +27,15 @@ an epoch, or averaged over a random minibatch, it equals the full-data negative 
 unbiasedness. The constant factor :math:`M` only rescales the learning rate of Adam-like
 optimisers (which are invariant to it).
 
+Gradient estimators
+-------------------
+By default the expectation is estimated with one weight draw per minibatch through Pyro's ELBO
+(any model, any guide). For a :class:`~pyro_sgmcmc.nn.BayesianMLP`, ``estimator=
+"local_reparameterization"`` (Kingma, Salimans & Welling 2015) or ``"flipout"`` (Wen et al.
+2018) gives every example of the minibatch its own perturbation of the pre-activations: same
+expected loss, same guide parameters, much lower gradient variance for large minibatches
+(:mod:`pyro_sgmcmc.flipout`).
+
 References
 ----------
 C. Blundell, J. Cornebise, K. Kavukcuoglu and D. Wierstra, "Weight uncertainty in neural networks",
@@ -37,10 +46,12 @@ D. P. Kingma and M. Welling, "Auto-encoding variational Bayes", ICLR 2014.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import pyro
@@ -53,23 +64,48 @@ from torch.distributions import biject_to
 from tqdm.auto import tqdm
 
 from ._validation import check_positive, check_positive_int
+from .flipout import check_estimator, guide_negative_elbo
 from .kernels.minibatch import EpochBatches
 from .model_structure import check_finite_data, inspect_model
+from .nn.mlp import BayesianMLP
 
 __all__ = ["SVIResult", "fit_svi", "full_data_negative_elbo", "minibatch_elbo_loss"]
 
 TensorDict = dict[str, torch.Tensor]
 OptimizerFactory = Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def global_param_mode(fn: Callable[_P, _T]) -> Callable[_P, _T]:
+    """Run ``fn`` with ``pyro.settings`` ``module_local_params=False``: any PyroModule works.
+
+    Pyro's ``PyroModule`` keeps a ``_Context`` that creates its private ``param_state`` only if
+    ``module_local_params`` is on *when the module is built*, but reads the setting again every
+    time the module is *called* (``_Context.__enter__``). A model built with the setting off
+    and called with it on (set globally by the user, or by a caller's
+    ``pyro.settings.context``) fails with ``AttributeError: '_Context' object has no attribute
+    'param_state'``. With the setting off at call time a module works however it was built
+    (the context never touches ``param_state`` then), and the per-fit store scope of
+    :func:`_param_scope` already gives the isolation that module-local parameters would.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with pyro.settings.context(module_local_params=False):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _param_scope(state: dict | None = None) -> Any:
     """A private parameter store for one fit (``ParamStoreDict.scope``).
 
-    Independent fits of the same model create guides whose parameters have the same names; a
-    ``PyroModule`` guide reads its parameters from Pyro's global store by name, so each fit keeps
-    its own store state and every call of its guide runs inside it. The user's global store is
-    restored on exit.
+    Independent fits of the same model create guides whose parameters have the same names; in
+    Pyro's global parameter mode (see :func:`global_param_mode`) a ``PyroModule`` guide reads
+    its parameters from the global store by name, so each fit keeps its own store state and
+    every call of its guide runs inside it. The user's global store is restored on exit.
     """
     return pyro.get_param_store().scope(state)
 
@@ -97,6 +133,8 @@ class SVIResult:
         The model's training arguments.
     plate_name, batch_size, num_data:
         The data plate, the minibatch size ``B`` and ``N``.
+    estimator:
+        The gradient estimator of the fits (:data:`pyro_sgmcmc.flipout.ESTIMATORS`).
     """
 
     model: Callable[..., Any]
@@ -110,6 +148,7 @@ class SVIResult:
     plate_name: str = "data"
     batch_size: int = 1
     num_data: int = 1
+    estimator: str = "reparameterization"
 
     @property
     def guide(self) -> Callable[..., Any]:
@@ -141,6 +180,7 @@ class SVIResult:
             scales[name] = guide._get_loc_and_scale(name)[1].detach()
         return locs, scales
 
+    @global_param_mode
     def sample_posterior(self, num_draws: int, seed: int | None = None) -> TensorDict:
         """Draw from every fitted guide: constrained values shaped ``(num_fits, num_draws, ...)``.
 
@@ -209,6 +249,54 @@ def minibatch_elbo_loss(
     return elbo.differentiable_loss(conditioned, guide, *args, **kwargs)
 
 
+def _step_loss(
+    model: Callable[..., Any],
+    guide: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    *,
+    plate_name: str,
+    estimator: str,
+    num_particles: int,
+    analytic_kl: bool,
+) -> Callable[[torch.Tensor | None], torch.Tensor]:
+    """``subsample -> loss`` of one optimisation step: Pyro's ELBO or the BayesianMLP estimators.
+
+    Plain reparameterisation goes through :func:`minibatch_elbo_loss` (any model and guide); the
+    per-example estimators through :func:`~pyro_sgmcmc.flipout.guide_negative_elbo`.
+    """
+    if estimator == "reparameterization":
+
+        def pyro_loss(subsample: torch.Tensor | None) -> torch.Tensor:
+            return minibatch_elbo_loss(
+                model,
+                guide,
+                subsample,
+                *args,
+                plate_name=plate_name,
+                num_particles=num_particles,
+                analytic_kl=analytic_kl,
+                **kwargs,
+            )
+
+        return pyro_loss
+    bound = inspect.signature(model.forward).bind(*args, **kwargs)
+    x, y = bound.arguments["x"], bound.arguments.get("y")
+    if y is None:
+        raise ValueError(f"estimator={estimator!r} needs the targets y among the model arguments")
+    return functools.partial(
+        guide_negative_elbo,
+        model,
+        guide,
+        x,
+        y,
+        estimator=estimator,
+        num_particles=num_particles,
+        analytic_kl=analytic_kl,
+    )
+
+
+@global_param_mode
 def fit_svi(
     model: Callable[..., Any],
     *args: Any,
@@ -219,6 +307,7 @@ def fit_svi(
     lr_scheduler: SchedulerFactory | None = None,
     num_particles: int = 1,
     analytic_kl: bool = True,
+    estimator: str = "reparameterization",
     init_scale: float = 0.1,
     init_loc_fn: Callable = init_to_feasible,
     guide_factory: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
@@ -226,6 +315,7 @@ def fit_svi(
     seed: int | None = 0,
     plate_name: str = "data",
     progress_bar: bool = True,
+    callback: Callable[[int, int, Callable[..., Any], float], None] | None = None,
     **kwargs: Any,
 ) -> SVIResult:
     r"""Fit a mean-field Gaussian guide (Bayes by Backprop) on data-plate minibatches.
@@ -251,6 +341,16 @@ def fit_svi(
         Monte Carlo samples of the guide per ELBO estimate, an integer >= 1.
     analytic_kl:
         Use closed-form KL terms where available (see :func:`minibatch_elbo_loss`).
+    estimator:
+        How the expected log-likelihood of a minibatch is estimated, one of
+        :data:`pyro_sgmcmc.flipout.ESTIMATORS`: ``"reparameterization"`` (Pyro's ELBO on the
+        conditioned model, any model and guide), ``"local_reparameterization"`` (Kingma et al.
+        2015) or ``"flipout"`` (Wen et al. 2018). The last two sample per-example
+        pre-activations instead of one weight draw per minibatch, which lowers the variance of
+        the gradient; they need a :class:`~pyro_sgmcmc.nn.BayesianMLP` and the default
+        ``AutoNormal`` guide, whose parameters (loc and softplus scale per weight) they train, so
+        the result is used exactly as with plain reparameterisation. Same expected loss for
+        all three; see :mod:`pyro_sgmcmc.flipout`.
     init_scale:
         Initial :math:`\sigma` of every coordinate, > 0 (AutoNormal's default 0.1).
     init_loc_fn:
@@ -265,6 +365,10 @@ def fit_svi(
         Name of the data plate.
     progress_bar:
         Show a tqdm progress bar with the running loss.
+    callback:
+        Called after every optimisation step as ``callback(fit, step, guide, loss)`` (fit and
+        step counted from 0), e.g. to evaluate the guide once per epoch; it runs inside the
+        fit's parameter scope, and its time counts in the fit's wall time.
 
     Returns
     -------
@@ -284,6 +388,22 @@ def fit_svi(
     num_steps = check_positive_int("num_steps", num_steps)
     learning_rate = check_positive("learning_rate", learning_rate)
     num_particles = check_positive_int("num_particles", num_particles)
+    estimator = check_estimator(estimator)
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None, got {callback!r}")
+    if estimator != "reparameterization":
+        if not isinstance(model, BayesianMLP):
+            raise TypeError(
+                f"estimator={estimator!r} needs model to be a pyro_sgmcmc.nn.BayesianMLP, got "
+                f"{type(model).__name__}; use estimator='reparameterization' for other models"
+            )
+        if guide_factory is not None:
+            raise ValueError(
+                f"guide_factory must be None with estimator={estimator!r}: the estimator "
+                "trains the parameters of the default AutoNormal guide"
+            )
+        if plate_name != "data":
+            raise ValueError(f"plate_name must be 'data' for a BayesianMLP, got {plate_name!r}")
     init_scale = check_positive("init_scale", init_scale)
     num_fits = check_positive_int("num_fits", num_fits)
     if seed is not None:
@@ -316,6 +436,16 @@ def fit_svi(
             else:
                 guide = guide_factory(model)
             guide(*args, **kwargs)  # builds the guide's parameters
+            step_loss = _step_loss(
+                model,
+                guide,
+                args,
+                kwargs,
+                plate_name=plate_name,
+                estimator=estimator,
+                num_particles=num_particles,
+                analytic_kl=analytic_kl,
+            )
             params = [p for p in guide.parameters() if p.requires_grad]
             if not params:
                 raise ValueError("the guide has no trainable parameters")
@@ -335,21 +465,14 @@ def fit_svi(
             )
             for step in bar:
                 opt.zero_grad()
-                loss = minibatch_elbo_loss(
-                    model,
-                    guide,
-                    batches.next(),
-                    *args,
-                    plate_name=plate_name,
-                    num_particles=num_particles,
-                    analytic_kl=analytic_kl,
-                    **kwargs,
-                )
+                loss = step_loss(batches.next())
                 loss.backward()
                 opt.step()
                 if scheduler is not None:
                     scheduler.step()
                 history[step] = float(loss.detach())
+                if callback is not None:
+                    callback(k, step, guide, history[step])
                 if progress_bar and step % 50 == 0:
                     bar.set_postfix(loss=f"{history[step]:.4g}")
             bar.close()
@@ -369,9 +492,11 @@ def fit_svi(
         batch_size=batch_size,
         num_data=num_data,
         param_states=states,
+        estimator=estimator,
     )
 
 
+@global_param_mode
 def full_data_negative_elbo(result: SVIResult, fit: int = 0, num_particles: int = 100) -> float:
     """Full-data negative ELBO estimate of one fit (``num_particles`` guide samples)."""
     num_particles = check_positive_int("num_particles", num_particles)

@@ -45,6 +45,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -84,7 +85,7 @@ _FLAT = "_flat"
 
 @dataclass(frozen=True)
 class VectorizedResult:
-    """Draws and statistics of a :func:`run_chains` run.
+    r"""Draws and statistics of a :func:`run_chains` run.
 
     Attributes
     ----------
@@ -100,6 +101,9 @@ class VectorizedResult:
         Seconds spent before the first step: model inspection, initial values, compilation.
     num_gradient_steps:
         Gradient steps per chain.
+    control_variate_centre:
+        With ``control_variate``: the centre :math:`\hat\theta`, constrained values per dynamic
+        site; else ``None``.
     chain_seeds:
         The seed of each chain's generator.
     kernel:
@@ -113,6 +117,7 @@ class VectorizedResult:
     num_gradient_steps: int
     chain_seeds: tuple[int, ...]
     kernel: str
+    control_variate_centre: dict[str, torch.Tensor] | None = None
     model: Any = field(default=None, repr=False)
     args: tuple = field(default=(), repr=False)
     kwargs: dict = field(default_factory=dict, repr=False)
@@ -245,13 +250,217 @@ class _StackedPotential:
     def __call__(self, z: Mapping[str, torch.Tensor], subsample: torch.Tensor | None):
         constrained, log_det = self.constrain(z)
         log_joint = self.model.log_joint(constrained, subsample, *self.args, **self.kwargs)
-        if log_joint.shape != (self.num_chains,):
+        stacked = next(iter(z.values())).shape[0]  # C, or 2C with a control variate
+        if log_joint.shape != (stacked,):
             raise ModelContractError(
                 f"{type(self.model).__name__}.log_joint returned shape {tuple(log_joint.shape)} "
-                f"for parameters stacked over {self.num_chains} chains; run_chains needs one log "
-                f"joint per chain, shape ({self.num_chains},) (see pyro_sgmcmc.vectorized)"
+                f"for parameters stacked over {stacked} chains; run_chains needs one log "
+                f"joint per chain, shape ({stacked},) (see pyro_sgmcmc.vectorized)"
             )
         return -(log_joint + log_det)
+
+
+class _FlatGradient:
+    r"""Value and gradient of the stacked potential as functions of the flat ``(C, D)`` positions.
+
+    The dynamic sites of each chain are concatenated into one row of :math:`z \in \mathbb
+    R^{C \times D}`; ``fixed`` holds the other (Gibbs-updated) sites, shape ``(C, ...)``.
+    """
+
+    def __init__(
+        self,
+        evaluate: Callable,
+        shapes: Mapping[str, torch.Size],
+        analytic: Callable[..., tuple[torch.Tensor, Mapping[str, torch.Tensor]]] | None = None,
+    ) -> None:
+        self.evaluate = evaluate
+        self.shapes = dict(shapes)
+        self.sizes = [math.prod(shape) for shape in self.shapes.values()]
+        self.analytic = analytic
+
+    def unflatten(self, flat: torch.Tensor) -> TensorDict:
+        parts = flat.split(self.sizes, dim=-1)
+        lead = flat.shape[:-1]
+        return {
+            name: part.reshape(*lead, *shape)
+            for (name, shape), part in zip(self.shapes.items(), parts, strict=True)
+        }
+
+    def __call__(
+        self, flat: torch.Tensor, subsample: torch.Tensor | None, fixed: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.analytic is not None:  # hand-written gradient of the log joint (no autograd)
+            with torch.no_grad():
+                log_joint, grads = self.analytic({**self.unflatten(flat), **fixed}, subsample)
+                grad = torch.cat([grads[name].flatten(1) for name in self.shapes], 1)
+            return -log_joint, grad.neg_()
+        leaf = flat.detach().requires_grad_(True)
+        value = self.evaluate({**self.unflatten(leaf), **fixed}, subsample)
+        (grad,) = torch.autograd.grad(value.sum(), (leaf,))
+        return value.detach(), grad
+
+    def full_data(
+        self,
+        flat: torch.Tensor,
+        fixed: Mapping[str, torch.Tensor],
+        num_data: int,
+        chunk_size: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        r"""Full-data potential :math:`U(z)` and :math:`\nabla U(z)`, in chunks of rows.
+
+        The minibatch potential of the rows :math:`S_k` (:math:`|S_k| = B_k`) is
+        :math:`\tilde U_{S_k} = -\log p(\theta) - \frac{N}{B_k}\sum_{i \in S_k} \log p(y_i \mid
+        \theta) - \log|J|`, so :math:`\sum_k \frac{B_k}{N} \tilde U_{S_k} = U` exactly when the
+        chunks partition the rows; memory is that of one chunk.
+        """
+        if chunk_size >= num_data:
+            return self(flat, None, fixed)
+        value = torch.zeros(flat.shape[0], dtype=flat.dtype)
+        grad = torch.zeros_like(flat)
+        for start in range(0, num_data, chunk_size):
+            rows = torch.arange(start, min(start + chunk_size, num_data))
+            weight = rows.numel() / num_data
+            chunk_value, chunk_grad = self(flat, rows.expand(flat.shape[0], -1), fixed)
+            value += weight * chunk_value
+            grad += weight * chunk_grad
+        return value, grad
+
+
+class _ControlVariate:
+    r"""The control-variate gradient estimator of SGLD-CV / SGHMC-CV (Baker et al. 2019).
+
+    .. math::
+
+        \hat\nabla U(z) = \nabla U(\hat z) + \nabla \tilde U_S(z) - \nabla \tilde U_S(\hat z),
+
+    with :math:`\nabla U(\hat z)` the full-data gradient at the centre, computed once (and again
+    after each Gibbs step, since the Gibbs-updated sites enter it). For each chain both minibatch
+    gradients use the chain's rows :math:`S`; the positions :math:`z` and the centre are stacked
+    along the chain dimension, ``(2C, D)``, so one batched forward/backward gives both.
+    """
+
+    def __init__(
+        self,
+        gradient: _FlatGradient,
+        centre: torch.Tensor,
+        num_chains: int,
+        num_data: int,
+        chunk_size: int,
+    ) -> None:
+        self.gradient, self.num_data, self.chunk_size = gradient, num_data, chunk_size
+        self.centre = centre.expand(num_chains, -1)
+        self.centre_gradient: torch.Tensor | None = None
+        self.full_data_passes = 0
+
+    def refresh(self, fixed: Mapping[str, torch.Tensor]) -> None:
+        r"""(Re)compute :math:`\nabla U(\hat z)` for every chain (its own fixed sites)."""
+        # without fixed (Gibbs) sites every chain shares the centre's gradient: one pass
+        centre = self.centre if fixed else self.centre[:1]
+        _, grad = self.gradient.full_data(centre, fixed, self.num_data, self.chunk_size)
+        self.centre_gradient = grad.expand(self.centre.shape)
+        self.full_data_passes += 1
+
+    def __call__(
+        self, flat: torch.Tensor, subsample: torch.Tensor | None, fixed: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if subsample is None:  # full batch: the exact gradient, nothing to reduce
+            return self.gradient(flat, None, fixed)
+        if self.centre_gradient is None:
+            self.refresh(fixed)
+        num_chains = flat.shape[0]
+        both = torch.cat([flat, self.centre])
+        doubled = {name: torch.cat([value, value]) for name, value in fixed.items()}
+        value, grad = self.gradient(both, torch.cat([subsample, subsample]), doubled)
+        estimate = grad[:num_chains] - grad[num_chains:] + self.centre_gradient
+        return value[:num_chains], estimate
+
+
+def _find_centre(
+    gradient: _FlatGradient,
+    start: torch.Tensor,
+    fixed: Mapping[str, torch.Tensor],
+    num_data: int,
+    chunk_size: int,
+    max_iterations: int,
+    history: int = 10,
+    tolerance: float = 1e-4,
+) -> torch.Tensor:
+    r"""A mode of the full-data potential, by L-BFGS with a backtracking line search.
+
+    The search direction is :math:`d = -H g` with :math:`H` the L-BFGS inverse-Hessian estimate
+    (two-loop recursion over the last ``history`` pairs; Nocedal and Wright 2006, Alg. 7.4) and
+    the step the largest of :math:`1, 1/2, \dots` that satisfies Armijo's condition (where
+    the change of the potential is below its rounding error: that reduces the directional
+    derivative by 10%). It stops when the quasi-Newton decrement :math:`g^\top H g` falls below
+    ``tolerance``: near a mode it is the squared distance to the mode in units of the
+    posterior's standard deviations (:math:`H \approx \nabla^2 U^{-1} \approx` posterior
+    covariance), which is what sets the variance of the control-variate gradient; it is
+    scale-free, so it needs no tuning with :math:`N`. Written out rather than taken from
+    ``torch.optim.LBFGS``, whose first use imports ``torch._dynamo`` (seconds of set-up).
+    """
+    fixed_one = {name: value[:1] for name, value in fixed.items()}
+
+    def evaluate(position: torch.Tensor) -> tuple[float, torch.Tensor]:
+        value, grad = gradient.full_data(position.unsqueeze(0), fixed_one, num_data, chunk_size)
+        return float(value[0]), grad[0].double()
+
+    z = start.detach().double()
+    value, grad = evaluate(z.to(start.dtype))
+    pairs: list[tuple[torch.Tensor, torch.Tensor, float]] = []
+    for _ in range(max_iterations):
+        if not (math.isfinite(value) and bool(torch.isfinite(grad).all())):
+            break
+        q = grad.clone()
+        alphas = []
+        for s, y, rho in reversed(pairs):
+            alpha = rho * float(s @ q)
+            q -= alpha * y
+            alphas.append(alpha)
+        if pairs:
+            s, y, _ = pairs[-1]
+            q *= float(s @ y) / float(y @ y)
+        else:  # first step: at most a unit move
+            q /= max(1.0, float(grad.abs().max()))
+        for (s, y, rho), alpha in zip(pairs, reversed(alphas), strict=True):
+            q += (alpha - rho * float(y @ q)) * s
+        decrement = float(grad @ q)
+        if decrement <= 0:  # not a descent direction: restart from steepest descent
+            pairs.clear()
+            q = grad / max(1.0, float(grad.abs().max()))
+            decrement = float(grad @ q)
+        if pairs and decrement < tolerance:
+            break
+        # the potential is a sum of N terms in the data's precision: differences below
+        # ``resolution`` are rounding, so there the step is judged by its directional derivative
+        resolution = 64 * torch.finfo(start.dtype).eps * max(abs(value), 1.0)
+        step = 1.0
+        while step > 1e-8:
+            candidate = z - step * q
+            new_value, new_grad = evaluate(candidate.to(start.dtype))
+            if math.isfinite(new_value) and (
+                new_value <= value - 1e-4 * step * decrement
+                or (new_value <= value + resolution and abs(float(new_grad @ q)) <= 0.9 * decrement)
+            ):
+                break
+            step *= 0.5
+        else:
+            break  # no decrease at floating-point resolution: as close as it gets
+        s, y = candidate - z, new_grad - grad
+        curvature = float(s @ y)
+        if curvature > 1e-12 * float(y @ y):
+            pairs = [*pairs[-(history - 1) :], (s, y, 1.0 / curvature)]
+        z, value, grad = candidate, new_value, new_grad
+    centre = z.to(start.dtype)
+    if not torch.isfinite(centre).all():
+        raise SamplerDivergedError(
+            "the search for the control-variate centre diverged; pass the centre yourself "
+            "(control_variate={site: value})",
+            iteration=0,
+            sites=list(gradient.shapes),
+            draws={},
+            constrained_draws={},
+        )
+    return centre
 
 
 def _initial_values(
@@ -266,7 +475,12 @@ def _initial_values(
     """Stacked unconstrained starts: the init strategy run under each chain's seed."""
     starts: list[TensorDict] = []
     found_transforms: dict[str, Transform] = {}
-    for seed in seeds:
+    given = set(initial_params or ())
+    for index, seed in enumerate(seeds):
+        if index > 0 and given and given >= set(starts[0]):
+            # every site's start is given: one model trace (for the transforms) is enough
+            starts.append(starts[0])
+            continue
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             initial, _, found_transforms, _ = initialize_model(
@@ -322,6 +536,9 @@ def run_chains(
     gibbs_every: int | None = None,
     subsample_plate: str = "data",
     compile: bool = False,
+    control_variate: bool | Mapping[str, torch.Tensor] = False,
+    centre_iterations: int = 100,
+    chunk_size: int = 65536,
     max_consecutive_divergences: int = 100,
     callback: Callable[[int, Mapping[str, torch.Tensor]], None] | None = None,
     **kwargs: Any,
@@ -386,6 +603,32 @@ def run_chains(
     compile:
         Compile the stacked potential with ``torch.compile`` (its compile time is part of
         ``setup_time``: the first call is made before the clock of the sampling loop starts).
+    control_variate:
+        Replace the minibatch gradient by the control-variate estimator of SGLD-CV / SGHMC-CV
+        (Baker et al. 2019), for tall data (large :math:`N/B`). With :math:`\tilde U_S` the
+        minibatch potential of the chain's rows :math:`S` and a centre :math:`\hat z`,
+
+        .. math::
+
+            \hat\nabla U(z) = \nabla U(\hat z) + \nabla\tilde U_S(z) - \nabla\tilde U_S(\hat z)
+            = \nabla U(\hat z) - \nabla \log p(z) + \nabla \log p(\hat z)
+            + \frac{N}{B}\sum_{i \in S}\bigl[\nabla u_i(z) - \nabla u_i(\hat z)\bigr]
+
+        (:math:`u_i = -\log p(y_i \mid z)`; the Jacobian term is treated like the prior). It is
+        unbiased for any centre; its variance is :math:`O(\lVert z - \hat z\rVert^2)` instead
+        of :math:`O(1)`, so near a mode it stays small however large :math:`N/B` is. Each step
+        evaluates the minibatch at :math:`z` and at :math:`\hat z`, stacked as :math:`2C`
+        chains in one call (about twice the cost of a plain step); :math:`\nabla U(\hat z)`
+        costs one pass over the data at set-up and one more after each Gibbs step (the Gibbs
+        sites enter it). ``True``: the centre is a mode of the full-data potential found by
+        L-BFGS from chain 0's start (part of ``setup_time``); a mapping: the centre's
+        constrained value for each dynamic site (shape of one draw). ``False`` (default): the
+        plain minibatch gradient.
+    centre_iterations:
+        Maximum L-BFGS iterations for the centre (``control_variate=True``), ``>= 1``; each
+        costs one or a few passes over the data.
+    chunk_size:
+        Rows per call in full-data passes (the centre's gradient), ``>= 1``: bounds their memory.
     max_consecutive_divergences:
         A chain with this many non-finite steps in a row raises
         :class:`~pyro_sgmcmc.errors.SamplerDivergedError`.
@@ -402,6 +645,11 @@ def run_chains(
     ValueError
         On an invalid argument (the message names it and its allowed range), or
         :class:`~pyro_sgmcmc.errors.ModelContractError` for a model without a batched fast path.
+
+    References
+    ----------
+    J. Baker, P. Fearnhead, E. B. Fox and C. Nemeth, "Control variates for stochastic gradient
+    MCMC", Statistics and Computing 29(3), 599-615, 2019 (``control_variate``).
     """
     setup_start = time.perf_counter()
     if not callable(model):
@@ -435,6 +683,13 @@ def run_chains(
         seed = check_positive_int("seed", seed, minimum=0)
     if gibbs_every is not None:
         gibbs_every = check_positive_int("gibbs_every", gibbs_every)
+    centre_iterations = check_positive_int("centre_iterations", centre_iterations)
+    chunk_size = check_positive_int("chunk_size", chunk_size)
+    if not isinstance(control_variate, bool | Mapping):
+        raise ValueError(
+            "control_variate must be True, False or a mapping from site name to the centre's "
+            f"constrained value, got {type(control_variate).__name__}"
+        )
     if not callable(init_strategy):
         raise ValueError("init_strategy must be a callable such as pyro's init_to_uniform()")
     if callback is not None and not callable(callback):
@@ -486,16 +741,36 @@ def run_chains(
     # The dynamic sites of each chain are concatenated into one row of a (C, D) tensor: the
     # element-wise update rules then cost a handful of kernel launches per step, not per site.
     fixed = {name: z[name] for name in z if name not in dynamic_sites}
-    shapes = {name: z[name].shape[1:] for name in dynamic_sites}
-    sizes = [math.prod(shape) for shape in shapes.values()]
+    # A model may offer its gradient in closed form (BayesianMLP for common settings): used when
+    # every dynamic site is unconstrained, no site is held fixed and nothing is compiled.
+    analytic = None
+    if (
+        not compile
+        and not fixed
+        and not potential.non_identity
+        and getattr(model, "has_analytic_gradient", False)
+    ):
+        analytic = partial(_call_analytic, model, args, kwargs)
+    flat_gradient = _FlatGradient(
+        evaluate, {name: z[name].shape[1:] for name in dynamic_sites}, analytic
+    )
+    unflatten = flat_gradient.unflatten
+    sizes = flat_gradient.sizes
     dynamic = {_FLAT: torch.cat([z[name].reshape(num_chains, -1) for name in dynamic_sites], 1)}
 
-    def unflatten(flat: torch.Tensor) -> TensorDict:
-        parts = flat.split(sizes, dim=1)
-        return {
-            name: part.reshape(num_chains, *shape)
-            for (name, shape), part in zip(shapes.items(), parts, strict=True)
-        }
+    control: _ControlVariate | None = None
+    centre_constrained: dict[str, torch.Tensor] | None = None
+    if control_variate is not False:
+        centre = _control_variate_centre(
+            control_variate, flat_gradient, dynamic[_FLAT][0], fixed, transforms, num_data,
+            chunk_size, centre_iterations, dynamic_sites,
+        )  # fmt: skip
+        control = _ControlVariate(flat_gradient, centre, num_chains, num_data, chunk_size)
+        control.refresh(fixed)
+        with torch.no_grad():
+            one = {**unflatten(centre.unsqueeze(0)), **{k: v[:1] for k, v in fixed.items()}}
+            constrained_centre = potential.constrain(one)[0]
+            centre_constrained = {name: constrained_centre[name][0] for name in dynamic_sites}
 
     def chain_noise() -> TensorDict:
         # one draw per chain from the chain's own generator: chains never share noise
@@ -505,10 +780,11 @@ def run_chains(
         return {_FLAT: torch.stack(draws)}
 
     def value_and_gradient(position: TensorDict, subsample: torch.Tensor | None):
-        leaf = position[_FLAT].detach().requires_grad_(True)
-        value = evaluate({**unflatten(leaf), **fixed}, subsample)
-        (grad,) = torch.autograd.grad(value.sum(), (leaf,))
-        return value.detach(), {_FLAT: grad}
+        if control is not None:
+            value, grad = control(position[_FLAT], subsample, fixed)
+        else:
+            value, grad = flat_gradient(position[_FLAT], subsample, fixed)
+        return value, {_FLAT: grad}
 
     if kernel == "sghmc":
         state = sghmc_init(dynamic)
@@ -553,6 +829,8 @@ def run_chains(
         for name in gibbs_sites:
             stacked = torch.stack([values[name] for values in per_chain])
             fixed[name] = transforms[name](stacked)
+        if control is not None:  # the centre's full-data gradient depends on the Gibbs sites
+            control.refresh(fixed)
 
     if compile:  # trigger compilation here, so that it counts as set-up, not sampling
         value_and_gradient(dynamic, batches.next())
@@ -632,10 +910,50 @@ def run_chains(
         num_gradient_steps=t,
         chain_seeds=tuple(seeds),
         kernel=kernel,
+        control_variate_centre=centre_constrained,
         model=model,
         args=args,
         kwargs=dict(kwargs),
     )
+
+
+def _call_analytic(model: Any, args: tuple, kwargs: Mapping[str, Any], params, subsample):
+    return model.log_joint_and_gradient(params, subsample, *args, **kwargs)
+
+
+def _control_variate_centre(
+    control_variate: bool | Mapping[str, torch.Tensor],
+    flat_gradient: _FlatGradient,
+    start: torch.Tensor,
+    fixed: Mapping[str, torch.Tensor],
+    transforms: Mapping[str, Transform],
+    num_data: int,
+    chunk_size: int,
+    centre_iterations: int,
+    dynamic_sites: Sequence[str],
+) -> torch.Tensor:
+    """The centre as a flat ``(D,)`` unconstrained vector: given, or found by L-BFGS."""
+    if control_variate is True:
+        return _find_centre(flat_gradient, start, fixed, num_data, chunk_size, centre_iterations)
+    assert isinstance(control_variate, Mapping)
+    missing = set(dynamic_sites) - set(control_variate)
+    extra = set(control_variate) - set(dynamic_sites)
+    if missing or extra:
+        raise ValueError(
+            f"control_variate must give a centre value for exactly the dynamic sites "
+            f"{list(dynamic_sites)}; missing {sorted(missing)}, unknown {sorted(extra)}"
+        )
+    parts = []
+    for name in dynamic_sites:
+        shape = flat_gradient.shapes[name]
+        value = torch.as_tensor(control_variate[name], dtype=start.dtype)
+        if value.shape != shape:
+            raise ValueError(
+                f"control_variate[{name!r}] must have the site's shape {tuple(shape)}, got "
+                f"{tuple(value.shape)}"
+            )
+        parts.append(transforms[name](value).reshape(-1))
+    return torch.cat(parts).detach()
 
 
 def _reject_non_finite(state, new_state, value: torch.Tensor, new_value: torch.Tensor):

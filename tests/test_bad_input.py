@@ -1,6 +1,6 @@
 """Bad input at the public entry points: each case of docs/bad-input.md that is not tested
 elsewhere. Refusals must name the argument (or the site) and say what is allowed. Known gaps in
-other modules are recorded as strict xfails, so that fixing one flips its test."""
+other modules were recorded as strict xfails until they were fixed."""
 
 from __future__ import annotations
 
@@ -89,7 +89,6 @@ def test_nan_in_keyword_data_is_refused():
         run(SGLD(model, step_size=1e-3), y=torch.tensor([1.0, float("nan")]))
 
 
-@pytest.mark.xfail(strict=True, reason="gap in model_structure: a plate smaller than the data")
 def test_plate_smaller_than_data_is_refused():
     with pytest.raises(ValueError):
         run(SGLD(plate_of_size(10), step_size=1e-3), Y)
@@ -218,46 +217,39 @@ def test_extend_before_run_and_save_without_path_are_refused():
 
 
 # ---------------------------------------------------------------------- known gaps elsewhere
-@pytest.mark.xfail(strict=True, reason="gap in dynamics: negative step size is not named")
 def test_sgld_step_names_a_negative_step_size():
     state = sgld_init({"a": torch.zeros(2)})
     with pytest.raises(ValueError, match="step_size"):
         sgld_step(state, {"a": torch.zeros(2)}, -1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="gap in dynamics: friction outside [0, 1] is accepted")
 def test_sghmc_step_refuses_friction_outside_unit_interval():
     state = sghmc_init({"a": torch.zeros(2)})
     with pytest.raises(ValueError, match="friction"):
         sghmc_step(state, {"a": torch.zeros(2)}, 1e-2, 2.0)
 
 
-@pytest.mark.xfail(strict=True, reason="gap in dynamics: decay outside [0, 1) is accepted")
 def test_psgld_step_refuses_decay_above_one():
     state = psgld_init({"a": torch.zeros(2)})
     with pytest.raises(ValueError, match="decay"):
         psgld_step(state, {"a": torch.ones(2)}, 1e-2, num_data=10, decay=1.5)
 
 
-@pytest.mark.xfail(strict=True, reason="gap in schedules: negative step counter gives a complex")
 def test_polynomial_decay_refuses_a_negative_step():
     with pytest.raises(ValueError, match="t"):
         PolynomialDecay(1.0)(-5)
 
 
-@pytest.mark.xfail(strict=True, reason="gap in metrics: NaN predictions give a NaN score")
 def test_rmse_refuses_nan_predictions():
     with pytest.raises(ValueError, match="NaN"):
         metrics.rmse(torch.tensor([float("nan")]), torch.zeros(1))
 
 
-@pytest.mark.xfail(strict=True, reason="gap in metrics: rows that are not probabilities")
 def test_accuracy_refuses_rows_that_are_not_probabilities():
     with pytest.raises(ValueError, match="probs"):
         metrics.accuracy(torch.full((4, 2), 3.0), torch.zeros(4, dtype=torch.long))
 
 
-@pytest.mark.xfail(strict=True, reason="gap in pruning: negative scales are accepted")
 def test_prune_by_snr_refuses_negative_scales():
     with pytest.raises(ValueError, match="scales"):
         pruning.prune_by_snr({"a": torch.zeros(3)}, {"a": -torch.ones(3)}, 0.5)
@@ -311,3 +303,12 @@ def test_other_entry_points_refuse_bad_input(call, error, message):
 def no_plate(y):
     mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
     pyro.sample("obs", dist.Normal(mu, 1.0).expand([len(y)]).to_event(1), obs=y)
+
+
+def test_bayesian_mlp_refuses_targets_of_the_wrong_shape():
+    from pyro_sgmcmc.nn import BayesianMLP
+
+    model = BayesianMLP(2, [3], 1)
+    x = torch.randn(8, 2)
+    with pytest.raises(ValueError, match=r"y must have shape \(8,\) .* got \(8, 1\)"):
+        model(x, torch.randn(8, 1))

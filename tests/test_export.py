@@ -400,3 +400,17 @@ def test_bayesian_mlp_export():
     assert idata.predictions["obs"].shape == (1, 4, 5)
     assert idata.predictions["output"].shape[:3] == (1, 4, 5)
     assert set(idata.predictions_constant_data.data_vars) == {"x"}
+
+
+@pytest.mark.parametrize("num_samples", [1, 3])
+def test_fewer_than_four_draws_per_chain(data, num_samples):
+    """Regression: Pyro's split R-hat asserts >= 4 draws; the export must not call it."""
+    x, y, _, _ = data
+    for kernel in (SGHMC(regression, learning_rate=1e-3, batch_size=10, seed=0), NUTS(regression)):
+        mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=2, disable_progbar=True)
+        mcmc.run(x, y)
+        idata = to_inference_data(mcmc, regression, x, y)
+        assert idata.posterior["w"].shape == (1, num_samples, 3)
+        assert idata.sample_stats["diverging"].shape == (1, num_samples)
+        if isinstance(kernel, SGHMC):
+            assert idata.sample_stats["step_size"].shape == (1, num_samples)

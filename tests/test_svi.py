@@ -329,3 +329,29 @@ def test_bayes_by_backprop_scale_mixture_and_pruning_table():
     assert rows[0].score > 0.9
     assert rows[1].score > rows[0].score - 4 * math.sqrt(0.25 / 500)
     assert rows[0].to_dict()["fraction_removed"] == 0.0
+
+
+@pytest.mark.parametrize("built_local", [False, True])
+def test_any_bayesian_mlp_works_whatever_module_local_params_says(built_local):
+    """Regression: '_Context' object has no attribute 'param_state'.
+
+    Pyro's PyroModule context creates its local parameter state only when
+    ``module_local_params`` is on at construction but checks the setting again at every call.
+    SVI (fit, draws, full-data ELBO, export) must work for a model built in either mode and
+    called in the other, and leave the caller's setting as it found it.
+    """
+    from pyro_sgmcmc.export import to_inference_data
+    from pyro_sgmcmc.nn import BayesianMLP
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(30, 2, generator=generator)
+    y = x.sum(-1)
+    with pyro.settings.context(module_local_params=built_local):
+        model = BayesianMLP(2, [4], 1)
+    with pyro.settings.context(module_local_params=not built_local):
+        result = fit_svi(model, x, y, num_steps=3, batch_size=10, progress_bar=False)
+        assert np.isfinite(full_data_negative_elbo(result, num_particles=2))
+        idata = to_inference_data(result, model, x, y, num_draws=4)
+        assert pyro.settings.get("module_local_params") is (not built_local)
+    assert idata.posterior["layers.0.weight"].shape == (1, 4, 4, 2)
+    assert pyro.settings.get("module_local_params") is False

@@ -28,3 +28,20 @@ def resolve_noise(
     if noise is not None:
         return noise
     return standard_normal_like(like, generator)
+
+
+def check_rule_arguments(**values: float) -> None:
+    """Cheap scalar checks for the update rules; each message names the argument and range.
+
+    ``step_size``, ``temperature`` and ``num_data`` must be ``>= 0`` (``num_data > 0``),
+    ``friction`` and ``persistence`` lie in ``[0, 1]``, ``decay`` in ``[0, 1)``, ``epsilon > 0``.
+    """
+    for name, value in values.items():
+        if name in ("step_size", "temperature") and not value >= 0:
+            raise ValueError(f"{name} must be >= 0 (allowed range [0, inf)), got {value}")
+        if name in ("friction", "persistence") and not 0 <= value <= 1:
+            raise ValueError(f"{name} must lie in [0, 1], got {value}")
+        if name == "decay" and not 0 <= value < 1:
+            raise ValueError(f"decay must lie in [0, 1), got {value}")
+        if name in ("epsilon", "num_data") and not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value}")

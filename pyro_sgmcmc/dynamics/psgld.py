@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._common import TensorDict, resolve_noise
+from ._common import TensorDict, check_rule_arguments, resolve_noise
 
 
 class PSGLDState(NamedTuple):
@@ -84,6 +84,13 @@ def psgld_step(
     C. Li, C. Chen, D. Carlson and L. Carin, "Preconditioned stochastic gradient Langevin
     dynamics for deep neural networks", AAAI 2016.
     """
+    check_rule_arguments(
+        step_size=step_size,
+        temperature=temperature,
+        num_data=num_data,
+        decay=decay,
+        epsilon=epsilon,
+    )
     position = state.position
     xi = resolve_noise(position, generator, noise) if temperature > 0 else None
     noise_scale = math.sqrt(2.0 * step_size * temperature)

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._common import TensorDict, resolve_noise
+from ._common import TensorDict, check_rule_arguments, resolve_noise
 
 
 class SGDState(NamedTuple):
@@ -50,6 +50,8 @@ def sgd_step(
     S. Mandt, M. D. Hoffman and D. M. Blei, "Stochastic gradient descent as approximate Bayesian
     inference", JMLR 18, 2017.
     """
+    if isinstance(step_size, float | int):
+        check_rule_arguments(step_size=step_size)
     new_position = {}
     for name, theta in state.position.items():
         rate = step_size if isinstance(step_size, float | int) else step_size[name]
@@ -78,6 +80,7 @@ def optimal_constant_rates(
     free of :math:`B`. ``mean_square_difference`` holds the running means of
     :math:`\Delta_k^2`, one tensor per site.
     """
+    check_rule_arguments(num_data=num_data)
     correction = 4.0 * num_data / max(num_data - 1, 1)
     if diagonal:
         return {
@@ -86,6 +89,11 @@ def optimal_constant_rates(
         }
     dimension = sum(value.numel() for value in mean_square_difference.values())
     total = sum(float(value.sum()) for value in mean_square_difference.values())
+    if not total > 0:
+        raise ValueError(
+            "mean_square_difference is zero: the minibatch gradients show no noise, so the "
+            "optimal constant rate is undefined (use a smaller batch_size or a fixed rate)"
+        )
     return correction * dimension / total
 
 
@@ -107,6 +115,7 @@ def partial_momentum_refresh(
     :math:`s` the standard deviation of the momentum's stationary law :math:`\mathcal N(0, s^2 I)`,
     which the map leaves invariant exactly. (In SGHMC's velocity units :math:`s^2 = \eta T`.)
     """
+    check_rule_arguments(persistence=persistence)
     xi = resolve_noise(momentum, generator, noise)
     fresh = (1.0 - persistence**2) ** 0.5 * scale
     return {name: persistence * p + fresh * xi[name] for name, p in momentum.items()}

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._common import TensorDict, resolve_noise
+from ._common import TensorDict, check_rule_arguments, resolve_noise
 
 
 class SGHMCState(NamedTuple):
@@ -99,6 +99,7 @@ def sghmc_step(
     T. Chen, E. B. Fox and C. Guestrin, "Stochastic gradient Hamiltonian Monte Carlo",
     ICML 2014.
     """
+    check_rule_arguments(step_size=step_size, friction=friction, temperature=temperature)
     position, momentum = state.position, state.momentum
     xi = resolve_noise(position, generator, noise) if temperature > 0 else None
     scalar_std = None

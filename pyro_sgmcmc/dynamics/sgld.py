@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._common import TensorDict, resolve_noise
+from ._common import TensorDict, check_rule_arguments, resolve_noise
 
 
 class SGLDState(NamedTuple):
@@ -70,6 +70,7 @@ def sgld_step(
     M. Welling and Y. W. Teh, "Bayesian learning via stochastic gradient Langevin dynamics",
     ICML 2011.
     """
+    check_rule_arguments(step_size=step_size, temperature=temperature)
     position = state.position
     scale = math.sqrt(2.0 * step_size * temperature)
     xi = resolve_noise(position, generator, noise) if scale > 0 else None
