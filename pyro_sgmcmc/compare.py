@@ -328,6 +328,8 @@ class ComparisonResults:
             ("max_rhat", "max R-hat", ".3f"),
             ("min_ess_bulk", "min ESS", ".1f"),
             ("ess_per_second", "ESS/s", ".2f"),
+            ("max_rhat_output", "R-hat f(x)", ".3f"),
+            ("min_ess_bulk_output", "ESS f(x)", ".1f"),
             ("divergences", "div.", "d"),
         ]
 
@@ -406,7 +408,8 @@ class ComparisonResults:
             "parameters; ESS/s divides the minimum bulk ESS by the wall time. In weight space a "
             "BNN posterior has many equivalent modes (hidden units can be permuted or flip "
             "sign), so chains started apart rarely agree there and R-hat stays large even when "
-            "the predictive distributions agree; compare the test metrics too."
+            "the predictive distributions agree. R-hat f(x) and ESS f(x) diagnose the network "
+            "outputs at the test inputs instead, which are identified: use them to judge mixing."
         )
         lines += ["", *[f"- {line}" for line in self.notes + self.messages()]]
         return "\n".join(lines) + "\n"
@@ -608,13 +611,23 @@ def convergence(idata, method: str, wall_time: float) -> dict[str, float | int |
     """Worst split R-hat and bulk ESS over all scalar parameters, ESS/s and divergences."""
     report = convergence_report(idata, method, wall_time=wall_time)
     independent = method == "svi"
-    return {
+    result = {
         "max_rhat": report.max_rhat,
         "min_ess_bulk": None if independent else report.min_ess_bulk,
         "min_ess_tail": None if independent else report.min_ess_tail,
         "ess_per_second": None if independent else report.ess_bulk_per_second,
         "divergences": None if independent else report.divergences,
+        "max_rhat_output": None,
+        "min_ess_bulk_output": None,
     }
+    # Function space: the network outputs at the test inputs are identified (unlike weights).
+    if "predictions" in idata.groups() and "output" in idata.predictions.data_vars:
+        output = convergence_report(
+            idata, method, wall_time=wall_time, group="predictions", var_names=["output"]
+        )
+        result["max_rhat_output"] = output.max_rhat
+        result["min_ess_bulk_output"] = None if independent else output.min_ess_bulk
+    return result
 
 
 # --------------------------------------------------------------------------- the runner
