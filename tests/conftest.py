@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import pyro
 import pytest
+import torch
+
+# The test models are tiny: one intra-op thread is as fast, and it keeps the suite's run time
+# stable on a shared or loaded machine (OpenMP threads spinning on busy cores slow torch down
+# by an order of magnitude).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
