@@ -49,7 +49,7 @@ def slow(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """``ruff check`` and ``ruff format --check``."""
-    session.install("ruff>=0.6")
+    session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
