@@ -73,9 +73,17 @@ def _draw_gamma(
 
 
 class _GammaConditionalUpdate:
-    """Shared part of the Gamma-precision updates: draw from :meth:`conditional`."""
+    r"""Shared part of the Gamma-precision updates: draw from :meth:`conditional`.
+
+    Tempered targets :math:`\pi_T \propto p(\theta \mid y)^{1/T}` are supported
+    (``supports_temperature``): the tempered conditional of a
+    :math:`\mathrm{Gamma}(a, b)` conditional is
+    :math:`\mathrm{Gamma}\bigl((a - 1)/T + 1,\; b / T\bigr)`, so cold posteriors
+    (``T < 1``) stay consistent between the SG dynamics and the Gibbs blocks.
+    """
 
     precision_site: str
+    supports_temperature = True
 
     def conditional(
         self, params: Mapping[str, torch.Tensor], *args: Any, **kwargs: Any
@@ -87,12 +95,25 @@ class _GammaConditionalUpdate:
         params: Mapping[str, torch.Tensor],
         generator: torch.Generator,
         *args: Any,
+        temperature: float = 1.0,
         **kwargs: Any,
     ) -> dict[str, torch.Tensor]:
-        """Draw the precision from its exact conditional (randomness from ``generator``)."""
+        """Draw the precision from its exact (tempered) conditional, randomness from
+        ``generator``; ``temperature`` is the kernel's :math:`T > 0`."""
         gamma = self.conditional(params, *args, **kwargs)
+        concentration, rate = gamma.concentration, gamma.rate
+        if temperature != 1.0:
+            if not temperature > 0:
+                raise ValueError(f"temperature must be > 0, got {temperature}")
+            concentration = (concentration - 1.0) / temperature + 1.0
+            rate = rate / temperature
+            if not bool((concentration > 0).all()):
+                raise ValueError(
+                    f"the tempered conditional of {self.precision_site!r} is improper at "
+                    f"temperature {temperature}: (alpha + n/2 - 1)/T + 1 <= 0"
+                )
         like = params[self.precision_site]
-        return {self.precision_site: _draw_gamma(generator, gamma.concentration, gamma.rate, like)}
+        return {self.precision_site: _draw_gamma(generator, concentration, rate, like)}
 
 
 class NormalGammaPrecisionUpdate(_GammaConditionalUpdate):

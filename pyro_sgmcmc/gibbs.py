@@ -36,6 +36,10 @@ class GibbsUpdate(Protocol):
 
     sites: tuple[str, ...]
 
+    #: Optional: an update that sets ``supports_temperature = True`` accepts a keyword argument
+    #: ``temperature`` in :meth:`sample` and draws from the conditional of the tempered target
+    #: :math:`\propto p(\theta \mid y)^{1/T}`; the kernels then pass their temperature.
+
     def sample(
         self,
         params: Mapping[str, torch.Tensor],

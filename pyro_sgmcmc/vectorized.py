@@ -824,7 +824,12 @@ def run_chains(
         for c, generator in enumerate(generators):
             values = {name: value[c] for name, value in constrained.items()}
             for block in gibbs:
-                values.update(block.sample(values, generator, *args, **kwargs))
+                extra = (
+                    {"temperature": temperature}
+                    if getattr(block, "supports_temperature", False)
+                    else {}
+                )
+                values.update(block.sample(values, generator, *args, **extra, **kwargs))
             per_chain.append(values)
         for name in gibbs_sites:
             stacked = torch.stack([values[name] for values in per_chain])

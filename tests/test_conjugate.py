@@ -231,3 +231,29 @@ def test_sgld_with_gibbs_matches_long_nuts():
     )
     assert abs(float(draws.mean()) - float(nuts_lam.mean())) < 4 * se
     assert abs(float(draws.std()) - float(nuts_lam.std())) < 0.1 * float(nuts_lam.std())
+
+
+def test_tempered_precision_draws_match_the_tempered_conditional():
+    """At temperature T the precision is drawn from Gamma((a - 1)/T + 1, b/T), where
+    Gamma(a, b) is the T = 1 conditional: moments within 4.5 standard errors."""
+    from pyro_sgmcmc.conjugate import NormalGammaPrecisionUpdate
+
+    weights = torch.linspace(-1.0, 1.0, 40)
+    update = NormalGammaPrecisionUpdate("tau", ("w",), alpha=2.0, beta=1.0)
+    assert update.supports_temperature
+    a = 2.0 + 20.0
+    b = 1.0 + 0.5 * float(weights.square().sum())
+    temperature = 0.25
+    shape, rate = (a - 1.0) / temperature + 1.0, b / temperature
+    generator = torch.Generator().manual_seed(0)
+    params = {"w": weights, "tau": torch.tensor(1.0)}
+    draws = torch.stack(
+        [update.sample(params, generator, temperature=temperature)["tau"] for _ in range(4000)]
+    ).double()
+    mean, var = shape / rate, shape / rate**2
+    assert abs(float(draws.mean()) - mean) < 4.5 * (var / 4000) ** 0.5
+    # sd of the sample variance of a Gamma: sqrt((m4 - var^2) / n), m4 = 3 var^2 (1 + 2 / shape)
+    m4 = 3 * var**2 * (1 + 2 / shape)
+    assert abs(float(draws.var()) - var) < 4.5 * ((m4 - var**2) / 4000) ** 0.5
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        update.sample(params, generator, temperature=0.0)

@@ -48,6 +48,11 @@ PotentialChoice = Literal["auto", "trace", "log_joint"]
 _MAX_SEED = 2**62
 
 
+def _tempered(update: GibbsUpdate) -> bool:
+    """Whether a Gibbs update accepts the kernel's temperature (``supports_temperature``)."""
+    return bool(getattr(update, "supports_temperature", False))
+
+
 class _DrawStats(NamedTuple):
     step_size: float
     temperature: float
@@ -307,10 +312,10 @@ class StochasticGradientKernel(MCMCKernel):
             )
 
         self._gibbs = gibbs
-        if self._gibbs and self.temperature != 1.0:
+        if self.temperature != 1.0 and not all(_tempered(u) for u in self._gibbs):
             warnings.warn(
-                f"temperature={self.temperature} with Gibbs updates: the Gibbs blocks draw from "
-                "their untempered (T = 1) conditionals",
+                f"temperature={self.temperature} with Gibbs updates that do not support "
+                "temperature: those blocks draw from their untempered (T = 1) conditionals",
                 stacklevel=2,
             )
         gibbs_sites = {site for update in self._gibbs for site in update.sites}
@@ -453,7 +458,10 @@ class StochasticGradientKernel(MCMCKernel):
         constrained, _ = self._potential.constrain(position)
         updated = dict(self._fixed)
         for update in self._gibbs:
-            new_values = update.sample(constrained, self._generator, *self._args, **self._kwargs)
+            extra = {"temperature": self.temperature} if _tempered(update) else {}
+            new_values = update.sample(
+                constrained, self._generator, *self._args, **extra, **self._kwargs
+            )
             for name, value in new_values.items():
                 constrained[name] = value
                 updated[name] = self.transforms[name](value)
