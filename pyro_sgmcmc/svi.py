@@ -66,7 +66,7 @@ from tqdm.auto import tqdm
 from ._validation import check_positive, check_positive_int
 from .flipout import check_estimator, guide_negative_elbo
 from .kernels.minibatch import EpochBatches
-from .model_structure import check_finite_data, inspect_model
+from .model_structure import check_finite_data, inspect_model, resolve_batch_size
 from .nn.mlp import BayesianMLP
 
 __all__ = ["SVIResult", "fit_svi", "full_data_negative_elbo", "minibatch_elbo_loss"]
@@ -413,14 +413,9 @@ def fit_svi(
     check_finite_data(args, kwargs)
     structure = inspect_model(model, args, kwargs, plate_name)
     num_data = structure.num_data
-    if batch_size is None:
-        batch_size = num_data
-    batch_size = check_positive_int("batch_size", batch_size)
-    if batch_size > num_data:
-        raise ValueError(
-            f"batch_size must lie in [1, N] = [1, {num_data}] (N is the size of the data plate "
-            f"{plate_name!r}), got {batch_size}"
-        )
+    if batch_size is not None:
+        batch_size = check_positive_int("batch_size", batch_size)
+    batch_size = resolve_batch_size(batch_size, num_data, plate_name)
 
     fit_seeds = [
         int(s.generate_state(1, np.uint64)[0] % 2**62)

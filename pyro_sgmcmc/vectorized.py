@@ -67,7 +67,7 @@ from .dynamics import (
 )
 from .errors import ModelContractError, SamplerDivergedError
 from .gibbs import GibbsUpdate
-from .model_structure import check_finite_data, inspect_model
+from .model_structure import check_finite_data, inspect_model, resolve_batch_size
 from .potentials import SupportsLogJoint, is_identity
 from .schedules import StepSchedule, as_schedule
 
@@ -702,14 +702,9 @@ def run_chains(
         torch.manual_seed(seeds[0])
         structure = inspect_model(model, args, kwargs, subsample_plate)
     num_data = structure.num_data
-    if batch_size is None:
-        batch_size = num_data
-    batch_size = check_positive_int("batch_size", batch_size)
-    if batch_size > num_data:
-        raise ValueError(
-            f"batch_size must lie in [1, N] = [1, {num_data}] (N is the size of the data plate "
-            f"{subsample_plate!r}), got {batch_size}"
-        )
+    if batch_size is not None:
+        batch_size = check_positive_int("batch_size", batch_size)
+    batch_size = resolve_batch_size(batch_size, num_data, subsample_plate)
     z, transforms = _initial_values(model, args, kwargs, init_strategy, seeds, initial_params, None)
 
     if gibbs_updates is None:

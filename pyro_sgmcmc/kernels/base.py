@@ -30,7 +30,12 @@ from ..checkpoint import CheckpointError
 from ..conjugate import find_normal_gamma_updates
 from ..errors import ModelContractError, SamplerDivergedError
 from ..gibbs import GibbsUpdate
-from ..model_structure import ModelStructure, check_finite_data, inspect_model
+from ..model_structure import (
+    ModelStructure,
+    check_finite_data,
+    inspect_model,
+    resolve_batch_size,
+)
 from ..potentials import (
     LogJointPotential,
     Potential,
@@ -292,12 +297,7 @@ class StochasticGradientKernel(MCMCKernel):
         self._initial_params = dict(initial_params)
 
         num_data = structure.num_data
-        batch_size = num_data if self.batch_size is None else self.batch_size
-        if batch_size > num_data:
-            raise ValueError(
-                f"batch_size must lie in [1, N] = [1, {num_data}] (N is the size of the data "
-                f"plate {self.subsample_plate!r}), got {batch_size}"
-            )
+        batch_size = resolve_batch_size(self.batch_size, num_data, self.subsample_plate)
         batches = EpochBatches if self.batch_sampling == "epoch" else IndependentBatches
         self._batches = batches(num_data, batch_size, self._generator)
 
