@@ -81,6 +81,11 @@ def docs(session: nox.Session) -> None:
 def benchmarks(session: nox.Session) -> None:
     """Performance benchmarks: print tables and write JSON to ``benchmarks/results/``."""
     _install(session, "data")
-    for script in sorted(os.listdir("benchmarks")):
-        if script.endswith(".py") and not script.startswith("_"):
-            session.run("python", f"benchmarks/{script}", *session.posargs)
+    scripts = sorted(
+        name
+        for name in os.listdir("benchmarks")
+        if name.endswith(".py") and not name.startswith("_") and name != "run_all.py"
+    )
+    # the summary reads what the others wrote, so it runs last
+    for script in [*scripts, "run_all.py"]:
+        session.run("python", f"benchmarks/{script}")

@@ -4,7 +4,7 @@ Reads what ``step_overhead.py`` (W1), ``w2_small_bnn.py`` (W2), ``w3_fashion_mni
 ``w4_known_posterior.py`` (W4) last wrote, and prints workload, ours, baseline, ratio, target and
 pass/fail with the load average at measurement time (timings under load > CPU count are
 inflated). It runs nothing itself, so it is cheap; run the scripts first (``nox -s benchmarks``
-runs them in alphabetical order, this one last but one).
+runs the others in alphabetical order, then this one).
 
 Run: ``python benchmarks/run_all.py``; writes ``results/summary.json``.
 """

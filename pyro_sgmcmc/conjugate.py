@@ -50,7 +50,7 @@ __all__ = [
 
 
 def gamma_posterior(
-    alpha: float, beta: float, num_values: int, sum_of_squares: torch.Tensor
+    alpha: float, beta: float, num_values: float, sum_of_squares: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Concentration and rate of :math:`\lambda \mid v`: :math:`(\alpha + n/2, \beta + S/2)`."""
     concentration = torch.as_tensor(alpha + 0.5 * num_values, dtype=sum_of_squares.dtype)
@@ -190,11 +190,12 @@ class NormalNoisePrecisionUpdate(_GammaConditionalUpdate):
 
     .. math::
 
-        \tau \sim \mathrm{Gamma}\!\left(a + \frac{n}{2},\;
-                                        b + \frac{1}{2}\sum_i (y_i - \mu_\theta(x_i))^2\right)
+        \tau \sim \mathrm{Gamma}\!\left(a + \frac{\omega n}{2},\;
+                                        b + \frac{\omega}{2}\sum_i (y_i - \mu_\theta(x_i))^2\right)
 
-    on the **full** data set; the residuals are computed ``chunk_size`` rows at a time, so memory
-    stays bounded.
+    on the **full** data set, with :math:`\omega` the power of a tempered likelihood
+    :math:`p(y \mid \theta, \tau)^{\omega}` (``1`` for the posterior); the residuals are computed
+    ``chunk_size`` rows at a time, so memory stays bounded.
 
     Parameters
     ----------
@@ -210,6 +211,9 @@ class NormalNoisePrecisionUpdate(_GammaConditionalUpdate):
         ``num_data(*args, **kwargs) -> int``: the number of rows :math:`N`.
     chunk_size:
         Rows per chunk, ``>= 1``.
+    likelihood_weight:
+        :math:`\omega > 0`, the power of the likelihood (``1 / likelihood_temperature`` of a
+        :class:`~pyro_sgmcmc.nn.BayesianMLP`).
     """
 
     def __init__(
@@ -220,6 +224,7 @@ class NormalNoisePrecisionUpdate(_GammaConditionalUpdate):
         residuals: ResidualFn,
         num_data: Callable[..., int],
         chunk_size: int = 4096,
+        likelihood_weight: float = 1.0,
     ) -> None:
         if not isinstance(precision_site, str) or not precision_site:
             raise ValueError(f"precision_site must be a non-empty string, got {precision_site!r}")
@@ -231,6 +236,7 @@ class NormalNoisePrecisionUpdate(_GammaConditionalUpdate):
         self.residuals = residuals
         self.num_data = num_data
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
+        self.likelihood_weight = check_positive("likelihood_weight", likelihood_weight)
         self.sites: tuple[str, ...] = (precision_site,)
 
     def conditional(
@@ -246,7 +252,10 @@ class NormalNoisePrecisionUpdate(_GammaConditionalUpdate):
                 r = self.residuals(params, rows, *args, **kwargs)
                 num_values += r.numel()
                 sum_of_squares = sum_of_squares + r.double().square().sum()
-        concentration, rate = gamma_posterior(self.alpha, self.beta, num_values, sum_of_squares)
+        weight = self.likelihood_weight
+        concentration, rate = gamma_posterior(
+            self.alpha, self.beta, weight * num_values, weight * sum_of_squares
+        )
         return torch.distributions.Gamma(concentration, rate)
 
     def __repr__(self) -> str:

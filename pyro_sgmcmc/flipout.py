@@ -280,11 +280,12 @@ def mean_field_negative_elbo(
     unknown = [s for s in model.latent_sites if s not in supports and s not in weight_sites]
     if unknown:
         raise ValueError(f"supports must give the support of the latent sites {unknown}")
+    # N/B for a minibatch, times the power of a tempered likelihood (BayesianMLP)
     if subsample is None:
-        xb, yb, data_scale = x, y, 1.0
+        xb, yb, data_scale = x, y, model.likelihood_weight
     else:
         xb, yb = x[subsample], y[subsample]
-        data_scale = x.shape[0] / subsample.shape[0]
+        data_scale = model.likelihood_weight * x.shape[0] / subsample.shape[0]
 
     closed_form = analytic_kl and isinstance(model.prior, NormalPrior)
     kl = torch.zeros((), dtype=x.dtype, device=x.device)

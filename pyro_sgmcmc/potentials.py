@@ -101,6 +101,24 @@ class Potential:
         constrained, log_det = self.constrain(unconstrained)
         return -(self.log_joint(constrained, subsample) + log_det)
 
+    def value_and_gradient(
+        self,
+        position: Mapping[str, torch.Tensor],
+        subsample: torch.Tensor | None,
+        wrt: tuple[str, ...],
+    ) -> tuple[torch.Tensor, TensorDict]:
+        """:math:`\\tilde U` at ``position`` and its gradient with respect to the sites ``wrt``
+        (by autograd; sites that do not enter the potential get a zero gradient)."""
+        leaves = {name: position[name].detach().requires_grad_(True) for name in wrt}
+        inputs = {**position, **leaves}
+        value = self(inputs, subsample)
+        grads = torch.autograd.grad(value, tuple(leaves.values()), allow_unused=True)
+        gradient = {
+            name: torch.zeros_like(leaves[name]) if g is None else g
+            for name, g in zip(leaves, grads, strict=True)
+        }
+        return value.detach(), gradient
+
 
 class TracePotential(Potential):
     """The general path: evaluate the model's trace with Pyro's effect handlers.
@@ -144,7 +162,16 @@ class TracePotential(Potential):
 
 
 class LogJointPotential(Potential):
-    """The fast path: call the model's own ``log_joint`` (see :class:`SupportsLogJoint`)."""
+    """The fast path: call the model's own ``log_joint`` (see :class:`SupportsLogJoint`).
+
+    If the model also computes its gradient in closed form (``has_analytic_gradient`` true and a
+    ``log_joint_and_gradient(params, subsample, *args, **kwargs)`` method taking one leading
+    chain dimension, as :class:`pyro_sgmcmc.nn.BayesianMLP` does for common settings),
+    :meth:`value_and_gradient` uses it instead of autograd whenever the sites to differentiate
+    are unconstrained and among the model's ``analytic_gradient_sites`` (other sites, e.g.
+    Gibbs-updated precisions, are only read): no graph is recorded, which removes most of the
+    per-step overhead for a small network. ``analytic_gradient=False`` forces autograd.
+    """
 
     def __init__(
         self,
@@ -152,16 +179,54 @@ class LogJointPotential(Potential):
         args: tuple,
         kwargs: Mapping[str, Any],
         transforms: Mapping[str, Transform],
+        analytic_gradient: bool = True,
     ) -> None:
         super().__init__(transforms)
         self.model = model
         self.args = args
         self.kwargs = dict(kwargs)
+        self.analytic_gradient = (
+            analytic_gradient
+            and bool(getattr(model, "has_analytic_gradient", False))
+            and callable(getattr(model, "log_joint_and_gradient", None))
+        )
+        self._closed_form_for: dict[tuple[str, ...], bool] = {}
+
+    def _closed_form(self, wrt: tuple[str, ...]) -> bool:
+        """Whether the closed-form gradient covers the sites ``wrt`` (cached per tuple)."""
+        if wrt not in self._closed_form_for:
+            sites = getattr(self.model, "analytic_gradient_sites", None)
+            self._closed_form_for[wrt] = (
+                self.analytic_gradient
+                and not any(name in self._non_identity for name in wrt)
+                and (sites is None or set(wrt) <= set(sites))
+            )
+        return self._closed_form_for[wrt]
 
     def log_joint(
         self, constrained: Mapping[str, torch.Tensor], subsample: torch.Tensor | None
     ) -> torch.Tensor:
         return self.model.log_joint(constrained, subsample, *self.args, **self.kwargs)
+
+    def value_and_gradient(
+        self,
+        position: Mapping[str, torch.Tensor],
+        subsample: torch.Tensor | None,
+        wrt: tuple[str, ...],
+    ) -> tuple[torch.Tensor, TensorDict]:
+        if not self._closed_form(wrt):
+            return super().value_and_gradient(position, subsample, wrt)
+        rows = None if subsample is None else subsample.unsqueeze(0)
+        with torch.no_grad():
+            # sites held fixed may be constrained (e.g. precisions): map them, keep log|det J|
+            constrained, log_det = self.constrain(position)
+            # one chain: add the leading chain dimension the closed-form gradient expects
+            params = {name: value.unsqueeze(0) for name, value in constrained.items()}
+            value, grads = self.model.log_joint_and_gradient(  # type: ignore[attr-defined]
+                params, rows, *self.args, **self.kwargs
+            )
+        gradient = {name: grads[name][0].neg_() for name in wrt}
+        return (value[0] + log_det).neg(), gradient
 
 
 def potential_and_gradient(
@@ -170,13 +235,6 @@ def potential_and_gradient(
     subsample: torch.Tensor | None,
     wrt: tuple[str, ...],
 ) -> tuple[torch.Tensor, TensorDict]:
-    """Evaluate :math:`\\tilde U` and its gradient with respect to the sites in ``wrt``."""
-    leaves = {name: position[name].detach().requires_grad_(True) for name in wrt}
-    inputs = {**position, **leaves}
-    value = potential(inputs, subsample)
-    grads = torch.autograd.grad(value, tuple(leaves.values()), allow_unused=True)
-    gradient = {
-        name: torch.zeros_like(leaves[name]) if g is None else g
-        for name, g in zip(leaves, grads, strict=True)
-    }
-    return value.detach(), gradient
+    """Evaluate :math:`\\tilde U` and its gradient with respect to the sites in ``wrt``
+    (:meth:`Potential.value_and_gradient`)."""
+    return potential.value_and_gradient(position, subsample, wrt)

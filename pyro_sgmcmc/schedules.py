@@ -11,6 +11,8 @@ the step counter: a run can be checkpointed and resumed bit for bit.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from ._validation import check_interval, check_positive, check_positive_int, che
 __all__ = [
     "Constant",
     "CyclicalCosine",
+    "PiecewiseConstant",
     "PolynomialDecay",
     "Schedule",
     "StepSchedule",
@@ -104,6 +107,53 @@ class PolynomialDecay(Schedule):
         if t < 0:
             raise ValueError(f"the step counter t must be >= 0, got {t}")
         return self.a * (self.b + t) ** (-self.gamma)
+
+
+@dataclass(frozen=True)
+class PiecewiseConstant(Schedule):
+    r"""A step size that is constant between given steps: ``values[k]`` for
+    ``boundaries[k-1] <= t < boundaries[k]``.
+
+    .. math::
+
+        \epsilon_t = v_k \quad \text{for} \quad b_{k-1} \le t < b_k,
+        \qquad b_{-1} = 0,\; b_K = \infty.
+
+    The typical use is a burn-in with a larger step followed by sampling with a smaller one:
+    ``PiecewiseConstant(values=(1e-3, 3e-4), boundaries=(1000,))``. Large steps reach the typical
+    set sooner; the bias of a constant-step sampler is :math:`O(\epsilon)`, so the draws kept
+    should come from the last, small step (put the boundary inside the warm-up).
+
+    Parameters
+    ----------
+    values:
+        ``K + 1`` step sizes, each ``> 0``.
+    boundaries:
+        ``K`` strictly increasing steps ``>= 1`` at which the next value starts.
+    """
+
+    values: tuple[float, ...]
+    boundaries: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        values = tuple(check_positive(f"values[{i}]", v) for i, v in enumerate(tuple(self.values)))
+        boundaries = tuple(
+            check_positive_int(f"boundaries[{i}]", b) for i, b in enumerate(tuple(self.boundaries))
+        )
+        if len(values) != len(boundaries) + 1:
+            raise ValueError(
+                f"PiecewiseConstant needs one more value than boundaries, got {len(values)} "
+                f"values and {len(boundaries)} boundaries"
+            )
+        if any(b <= a for a, b in itertools.pairwise(boundaries)):
+            raise ValueError(f"boundaries must be strictly increasing, got {boundaries}")
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "boundaries", boundaries)
+
+    def __call__(self, t: int) -> float:
+        if t < 0:
+            raise ValueError(f"the step counter t must be >= 0, got {t}")
+        return self.values[bisect.bisect_right(self.boundaries, t)]
 
 
 @dataclass(frozen=True)

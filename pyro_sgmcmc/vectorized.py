@@ -272,11 +272,22 @@ class _FlatGradient:
         evaluate: Callable,
         shapes: Mapping[str, torch.Size],
         analytic: Callable[..., tuple[torch.Tensor, Mapping[str, torch.Tensor]]] | None = None,
+        compile: bool = False,
+        constrain: Callable[[Mapping[str, torch.Tensor]], tuple[TensorDict, Any]] | None = None,
     ) -> None:
-        self.evaluate = evaluate
         self.shapes = dict(shapes)
+        # maps the fixed (e.g. Gibbs-updated, constrained) sites for the closed-form gradient
+        self.constrain = constrain
         self.sizes = [math.prod(shape) for shape in self.shapes.values()]
         self.analytic = analytic
+        if compile and analytic is not None:
+            # the whole closed-form value-and-gradient, flattening included, as one graph
+            self._analytic_call = torch.compile(self._analytic_value_and_gradient, dynamic=False)
+        else:
+            self._analytic_call = self._analytic_value_and_gradient
+        if compile and analytic is None:
+            evaluate = torch.compile(evaluate, dynamic=False)
+        self.evaluate = evaluate
 
     def unflatten(self, flat: torch.Tensor) -> TensorDict:
         parts = flat.split(self.sizes, dim=-1)
@@ -286,14 +297,22 @@ class _FlatGradient:
             for (name, shape), part in zip(self.shapes.items(), parts, strict=True)
         }
 
+    def _analytic_value_and_gradient(
+        self, flat: torch.Tensor, subsample: torch.Tensor | None, fixed: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        log_det: torch.Tensor | float = 0.0
+        if fixed and self.constrain is not None:
+            fixed, log_det = self.constrain(fixed)
+        log_joint, grads = self.analytic({**self.unflatten(flat), **fixed}, subsample)
+        grad = torch.cat([grads[name].flatten(1) for name in self.shapes], 1)
+        return -(log_joint + log_det), grad.neg_()
+
     def __call__(
         self, flat: torch.Tensor, subsample: torch.Tensor | None, fixed: Mapping[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.analytic is not None:  # hand-written gradient of the log joint (no autograd)
             with torch.no_grad():
-                log_joint, grads = self.analytic({**self.unflatten(flat), **fixed}, subsample)
-                grad = torch.cat([grads[name].flatten(1) for name in self.shapes], 1)
-            return -log_joint, grad.neg_()
+                return self._analytic_call(flat, subsample, fixed)
         leaf = flat.detach().requires_grad_(True)
         value = self.evaluate({**self.unflatten(leaf), **fixed}, subsample)
         (grad,) = torch.autograd.grad(value.sum(), (leaf,))
@@ -601,8 +620,11 @@ def run_chains(
     subsample_plate:
         Name of the data plate.
     compile:
-        Compile the stacked potential with ``torch.compile`` (its compile time is part of
-        ``setup_time``: the first call is made before the clock of the sampling loop starts).
+        Compile the gradient computation with ``torch.compile``: the model's closed-form value
+        and gradient when it has one, otherwise the stacked potential that autograd
+        differentiates. Its compile time is part of ``setup_time`` (the first call is made
+        before the clock of the sampling loop starts); inductor caches compiled code on disk, so
+        a second process compiles the same step much faster.
     control_variate:
         Replace the minibatch gradient by the control-variate estimator of SGLD-CV / SGHMC-CV
         (Baker et al. 2019), for tall data (large :math:`N/B`). With :math:`\tilde U_S` the
@@ -731,23 +753,28 @@ def run_chains(
     is_sampling = getattr(schedule, "is_sampling", lambda _t: True)
 
     potential = _StackedPotential(model, args, kwargs, transforms, num_chains)
-    evaluate = torch.compile(potential.__call__, dynamic=False) if compile else potential
 
     # The dynamic sites of each chain are concatenated into one row of a (C, D) tensor: the
     # element-wise update rules then cost a handful of kernel launches per step, not per site.
     fixed = {name: z[name] for name in z if name not in dynamic_sites}
     # A model may offer its gradient in closed form (BayesianMLP for common settings): used when
-    # every dynamic site is unconstrained, no site is held fixed and nothing is compiled.
+    # every dynamic site is unconstrained and among the sites it differentiates (sites held fixed,
+    # such as Gibbs-updated precisions, are only read). ``compile`` compiles it (or, without it,
+    # the potential that autograd differentiates).
     analytic = None
+    closed_form_sites = getattr(model, "analytic_gradient_sites", dynamic_sites)
     if (
-        not compile
-        and not fixed
-        and not potential.non_identity
-        and getattr(model, "has_analytic_gradient", False)
+        getattr(model, "has_analytic_gradient", False)
+        and not any(name in potential.non_identity for name in dynamic_sites)
+        and set(dynamic_sites) <= set(closed_form_sites)
     ):
         analytic = partial(_call_analytic, model, args, kwargs)
     flat_gradient = _FlatGradient(
-        evaluate, {name: z[name].shape[1:] for name in dynamic_sites}, analytic
+        potential.__call__,
+        {name: z[name].shape[1:] for name in dynamic_sites},
+        analytic,
+        compile,
+        constrain=potential.constrain,
     )
     unflatten = flat_gradient.unflatten
     sizes = flat_gradient.sizes

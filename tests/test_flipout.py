@@ -87,6 +87,9 @@ MODELS = {
         prior=ScaleMixturePrior(0.5, 1.0, 0.2),
         likelihood=NormalLikelihood(precision=GammaPrecision(3.0, 3.0)),
     ),
+    "cold-likelihood-categorical": lambda: BayesianMLP(
+        4, [12], 3, likelihood="categorical", likelihood_temperature=0.5
+    ),
 }
 
 
@@ -128,6 +131,13 @@ def test_estimators_agree_with_pyro_in_expectation(name):
         stats, _ = _replicates(ours(estimator), params, 400, directions)
         z = _z_scores(stats, reference)
         assert z.abs().max() < Z, (estimator, z)
+    if "cold" in name:  # the weight 1/T is applied: the untempered ELBO is far away
+        untempered = BayesianMLP(4, [12], 3, likelihood="categorical")
+        plain, _ = _replicates(
+            lambda: minibatch_elbo_loss(untempered, guide, subsample, x, y), params, 300, directions
+        )
+        assert _z_scores(plain, reference).abs().max() > Z
+        return
     wider, _ = _replicates(ours("flipout", 1.5), params, 400, directions)
     assert _z_scores(wider, reference).abs().max() > Z
 

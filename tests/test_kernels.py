@@ -136,6 +136,67 @@ def test_fast_and_trace_potentials_agree_and_prior_is_not_scaled():
     torch.testing.assert_close(u_trace, -(prior + lik))
 
 
+@pytest.mark.parametrize(("likelihood", "out"), [("normal", 1), ("categorical", 3)])
+def test_log_joint_potential_uses_the_closed_form_gradient_and_agrees_with_the_trace(
+    likelihood, out
+):
+    from pyro.infer.mcmc.util import initialize_model
+
+    from pyro_sgmcmc.nn import BayesianMLP
+
+    model = BayesianMLP(3, [5], out, activation="sigmoid", likelihood=likelihood)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(40, 3, generator=generator)
+    if likelihood == "categorical":
+        y = torch.randint(0, out, (40,), generator=generator)
+    else:
+        y = torch.randn(40, generator=generator)
+    _, _, transforms, _ = initialize_model(model, (x, y))
+    fast = LogJointPotential(model, (x, y), {}, transforms)
+    autograd = LogJointPotential(model, (x, y), {}, transforms, analytic_gradient=False)
+    trace = TracePotential(model, (x, y), {}, transforms)
+    assert fast.analytic_gradient and not autograd.analytic_gradient
+    position = {
+        name: torch.randn(shape, generator=generator) for name, shape in model.site_shapes().items()
+    }
+    sites = tuple(position)
+    for rows in (torch.arange(0, 40, 4), None):
+        value, gradient = potential_and_gradient(fast, position, rows, sites)
+        for other in (autograd, trace):
+            expected_value, expected_gradient = potential_and_gradient(other, position, rows, sites)
+            torch.testing.assert_close(value, expected_value, rtol=1e-4, atol=1e-4)
+            for name in sites:
+                torch.testing.assert_close(
+                    gradient[name], expected_gradient[name], rtol=1e-4, atol=1e-4
+                )
+    # Gamma precisions (constrained, Gibbs-updated) are read, not differentiated
+    from pyro_sgmcmc.nn import GammaPrecision
+
+    hierarchical = BayesianMLP(3, [5], 1, prior=GammaPrecision(2.0, 1.0))
+    y_reg = torch.randn(40, generator=generator)
+    _, _, transforms, _ = initialize_model(hierarchical, (x, y_reg))
+    closed = LogJointPotential(hierarchical, (x, y_reg), {}, transforms)
+    trace = TracePotential(hierarchical, (x, y_reg), {}, transforms)
+    position = {
+        name: torch.randn(shape, generator=generator)
+        for name, shape in hierarchical.site_shapes().items()
+    }
+    weights = tuple(hierarchical.analytic_gradient_sites)
+    assert closed._closed_form(weights) and not closed._closed_form(tuple(position))
+    rows = torch.arange(0, 40, 4)
+    value, gradient = potential_and_gradient(closed, position, rows, weights)
+    expected_value, expected_gradient = potential_and_gradient(trace, position, rows, weights)
+    torch.testing.assert_close(value, expected_value, rtol=1e-4, atol=1e-4)
+    for name in weights:
+        torch.testing.assert_close(gradient[name], expected_gradient[name], rtol=1e-4, atol=1e-4)
+    # a constrained site (here a latent noise scale) sends the potential back to autograd
+    from pyro_sgmcmc.nn import NormalLikelihood
+
+    scaled = BayesianMLP(3, [5], 1, likelihood=NormalLikelihood(scale=dist.HalfNormal(1.0)))
+    _, _, transforms, _ = initialize_model(scaled, (x, torch.randn(40)))
+    assert not LogJointPotential(scaled, (x, y), {}, transforms).analytic_gradient
+
+
 def test_prior_of_site_inside_data_plate_is_refused():
     """The plate pitfall: a latent site in the data plate would have its prior scaled by N/B."""
 

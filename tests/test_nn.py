@@ -99,6 +99,57 @@ def test_fast_path_equals_trace_potential(head, prior, minibatch):
         assert torch.allclose(g_fast, g_trace, rtol=1e-4, atol=1e-4), name
 
 
+@pytest.mark.parametrize("head", ["normal-fixed", "normal-gamma-precision", "categorical"])
+def test_likelihood_temperature_powers_only_the_likelihood(head):
+    """log p(theta) + (1/T) (N/B) sum log p(y | theta) in the trace, the fast path and the
+    closed-form gradient; the prior keeps scale 1."""
+    x, y, out = make_data(head)
+    temperature = 0.25
+    model = BayesianMLP(
+        3, [4], out, activation="tanh", likelihood=HEADS[head](), prior=NormalPrior(0.8),
+        likelihood_temperature=temperature,
+    )  # fmt: skip
+    untempered = BayesianMLP(
+        3, [4], out, activation="tanh", likelihood=HEADS[head](), prior=NormalPrior(0.8)
+    )
+    params = prior_draw(model, x, y)
+    subsample = torch.tensor([3, 17, 5, 11, 0])
+    trace = poutine.trace(poutine.condition(model, data={**params, "data": subsample})).get_trace(
+        x, y
+    )
+    trace.compute_log_prob()
+    assert trace.nodes["obs"]["scale"] == pytest.approx(x.shape[0] / 5 / temperature)
+    assert all(trace.nodes[name]["scale"] == 1.0 for name in model.latent_sites)
+    log_prior = untempered.log_prior(params)
+    log_lik = untempered.log_joint(params, subsample, x, y) - log_prior
+    expected = log_prior + log_lik / temperature
+    assert torch.allclose(trace.log_prob_sum(), expected, rtol=1e-5, atol=1e-3)
+    assert torch.allclose(model.log_joint(params, subsample, x, y), expected, rtol=1e-5, atol=1e-3)
+    if model.has_analytic_gradient:
+        stacked = {k: v.unsqueeze(0) for k, v in params.items()}
+        value, grads = model.log_joint_and_gradient(stacked, subsample.unsqueeze(0), x, y)
+        leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+        autograd = torch.autograd.grad(
+            model.log_joint(leaves, subsample, x, y), list(leaves.values())
+        )
+        assert torch.allclose(value[0], expected, rtol=1e-5, atol=1e-3)
+        for name, g in zip(leaves, autograd, strict=True):
+            assert torch.allclose(grads[name][0], g, rtol=1e-4, atol=1e-4), name
+    if head == "normal-gamma-precision":  # the Gibbs conditional of the noise precision
+        (update,) = model.gibbs_updates()
+        conditional = update.conditional(params, x, y)
+        residuals = model.residuals(params, slice(None), x, y)
+        alpha, beta = 2.0, 0.5
+        torch.testing.assert_close(
+            conditional.concentration.double(),
+            torch.tensor(alpha + 0.5 * residuals.numel() / temperature, dtype=torch.float64),
+        )
+        torch.testing.assert_close(
+            conditional.rate.double(),
+            beta + 0.5 * residuals.double().square().sum() / temperature,
+        )
+
+
 def test_multi_output_regression_fast_path():
     model, x, y = make_model("normal-fixed", "normal", out_features=2)
     params = prior_draw(model, x, y)
@@ -184,6 +235,10 @@ def test_scale_mixture_distribution():
             "likelihood",
         ),
         (dict(in_features=2, hidden_features=[2], out_features=1, prior="laplace"), "prior"),
+        (
+            dict(in_features=2, hidden_features=[2], out_features=1, likelihood_temperature=0.0),
+            "likelihood_temperature must be > 0",
+        ),
         (
             dict(in_features=2, hidden_features=[2], out_features=1, likelihood="categorical"),
             "out_features",

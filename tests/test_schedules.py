@@ -47,6 +47,13 @@ def test_cyclical_cosine_values_and_phases():
             r"exploration_fraction must lie in \[0.0, 1.0\)",
         ),
         (lambda: schedules.as_schedule(-2.0, "step_size"), r"step_size must be > 0"),
+        (lambda: schedules.PiecewiseConstant((1.0, 0.0), (5,)), r"values\[1\] must be > 0"),
+        (lambda: schedules.PiecewiseConstant((1.0, 0.5), (0,)), r"boundaries\[0\] must be"),
+        (lambda: schedules.PiecewiseConstant((1.0,), (5,)), r"one more value than boundaries"),
+        (
+            lambda: schedules.PiecewiseConstant((1.0, 0.5, 0.1), (5, 5)),
+            r"boundaries must be strictly increasing",
+        ),
         (lambda: schedules.as_schedule(lambda t: -1.0, "lr"), r"must stay > 0"),
     ],
 )
@@ -58,6 +65,15 @@ def test_invalid_schedules_are_refused(factory, message):
 def test_as_schedule_rejects_non_numbers():
     with pytest.raises(TypeError, match="step_size"):
         schedules.as_schedule("big", "step_size")
+
+
+def test_piecewise_constant_switches_at_the_boundaries_and_resumes_from_t():
+    s = schedules.PiecewiseConstant(values=[1e-3, 3e-4, 1e-4], boundaries=[2, 4])
+    assert [s(t) for t in range(6)] == [1e-3, 1e-3, 3e-4, 3e-4, 1e-4, 1e-4]
+    assert all(s.is_sampling(t) for t in range(6))
+    assert s == schedules.PiecewiseConstant((1e-3, 3e-4, 1e-4), (2, 4))  # lists become tuples
+    with pytest.raises(ValueError, match="t must be >= 0"):
+        s(-1)
 
 
 @settings(max_examples=100, deadline=None)

@@ -369,6 +369,58 @@ def test_analytic_gradient_equals_autograd(likelihood, activation, out, rows):
         assert torch.allclose(grads[name], expected_grad), name
 
 
+@pytest.mark.parametrize("likelihood", ["normal", "categorical"])
+def test_analytic_gradient_with_gamma_precisions_held_fixed(likelihood):
+    out = 3 if likelihood == "categorical" else 1
+    model = BayesianMLP(3, [5], out, activation="sigmoid", likelihood=likelihood,
+                        prior=GammaPrecision(2.0, 0.5), likelihood_temperature=0.5)  # fmt: skip
+    assert model.has_analytic_gradient
+    assert set(model.analytic_gradient_sites) == {
+        "layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"
+    }  # fmt: skip
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(20, 3, generator=generator, dtype=torch.float64)
+    if likelihood == "categorical":
+        y = torch.randint(0, out, (20,), generator=generator)
+    else:
+        y = torch.randn(20, generator=generator, dtype=torch.float64)
+    params = {}
+    for name, shape in model.site_shapes().items():
+        draw = torch.randn(4, *shape, generator=generator, dtype=torch.float64)
+        params[name] = draw.exp() if name.endswith("_precision") else draw
+    subsample = torch.rand(4, 20, generator=generator).argsort(-1)[:, :6]
+    value, grads = model.log_joint_and_gradient(params, subsample, x, y)
+    leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    expected = model.log_joint(leaves, subsample, x, y)
+    sites = list(model.analytic_gradient_sites)
+    expected_grads = torch.autograd.grad(expected.sum(), [leaves[s] for s in sites])
+    assert set(grads) == set(sites)
+    assert torch.allclose(value, expected.detach())
+    for name, expected_grad in zip(sites, expected_grads, strict=True):
+        assert torch.allclose(grads[name], expected_grad), name
+
+
+def test_run_chains_uses_the_closed_form_gradient_with_gibbs_sites():
+    """Gibbs-updated precisions are read by the closed-form gradient, not differentiated."""
+    model = BayesianMLP(2, [4], 1, prior=GammaPrecision(2.0, 1.0))
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 2, generator=generator)
+    y = x[:, 0] + 0.1 * torch.randn(40, generator=generator)
+    calls = []
+    original = model.log_joint_and_gradient
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    model.log_joint_and_gradient = spy
+    result = run_chains(model, x, y, kernel="sghmc", num_chains=2, num_samples=5, warmup_steps=1,
+                        step_size=1e-3, batch_size=10, seed=0)  # fmt: skip
+    assert calls
+    assert torch.isfinite(result.samples["layers.0.weight_precision"]).all()
+    assert (result.samples["layers.0.weight_precision"] > 0).all()
+
+
 def test_analytic_gradient_is_refused_where_it_does_not_apply():
     model = BayesianMLP(2, [3], 1, prior=ScaleMixturePrior())
     assert not model.has_analytic_gradient
@@ -389,3 +441,20 @@ def test_control_variate_with_gibbs_sites_and_bnn():
         f"layers.{i}.{p}" for i in range(2) for p in ("weight", "bias")
     }
     assert all(torch.isfinite(v).all() for v in result.samples.values())
+
+
+@pytest.mark.slow
+def test_compiled_closed_form_gradient_follows_the_eager_chain():
+    """``compile=True`` compiles the closed-form gradient; the chain is the same up to rounding
+    (slow: the first compile takes 10-20 s on 2 cores)."""
+    model = BayesianMLP(1, [6], 1, activation="tanh")
+    generator = torch.Generator().manual_seed(0)
+    x = torch.linspace(-1, 1, 16).unsqueeze(-1)
+    y = torch.sin(3 * x.squeeze(-1)) + 0.1 * torch.randn(16, generator=generator)
+    options = dict(kernel="sghmc", num_chains=3, num_samples=10, warmup_steps=2, step_size=1e-3,
+                   friction=0.3, num_steps_per_sample=5, seed=4)  # fmt: skip
+    eager = run_chains(model, x, y, **options)
+    compiled = run_chains(model, x, y, compile=True, **options)
+    assert compiled.setup_time > eager.setup_time  # the compilation is counted as set-up
+    for name, value in eager.samples.items():
+        torch.testing.assert_close(compiled.samples[name], value, rtol=1e-4, atol=1e-4)
