@@ -860,8 +860,12 @@ def run_chains(
             control.refresh(fixed)
 
     if compile:  # trigger compilation here, so that it counts as set-up, not sampling
-        value_and_gradient(dynamic, batches.next())
-        batches = _Batches(num_data, batch_size, generators)
+        # a minibatch of the real shape and layout that draws nothing from the chains' generators
+        # (the compiled run must follow the eager one draw for draw)
+        rows = None
+        if batch_size < num_data:
+            rows = torch.zeros(num_chains, num_data, dtype=torch.long)[:, :batch_size]
+        value_and_gradient(dynamic, rows)
     setup_time = time.perf_counter() - setup_start
 
     total_draws = warmup_steps + num_samples

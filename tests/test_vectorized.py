@@ -445,14 +445,14 @@ def test_control_variate_with_gibbs_sites_and_bnn():
 
 @pytest.mark.slow
 def test_compiled_closed_form_gradient_follows_the_eager_chain():
-    """``compile=True`` compiles the closed-form gradient; the chain is the same up to rounding
-    (slow: the first compile takes 10-20 s on 2 cores)."""
-    model = BayesianMLP(1, [6], 1, activation="tanh")
+    """``compile=True`` compiles the closed-form gradient; the chain is the same up to rounding,
+    with minibatches and Gibbs-updated precisions (slow: the first compile takes 10-20 s)."""
+    model = BayesianMLP(1, [6], 1, activation="tanh", prior=GammaPrecision(2.0, 1.0))
     generator = torch.Generator().manual_seed(0)
     x = torch.linspace(-1, 1, 16).unsqueeze(-1)
     y = torch.sin(3 * x.squeeze(-1)) + 0.1 * torch.randn(16, generator=generator)
     options = dict(kernel="sghmc", num_chains=3, num_samples=10, warmup_steps=2, step_size=1e-3,
-                   friction=0.3, num_steps_per_sample=5, seed=4)  # fmt: skip
+                   friction=0.3, num_steps_per_sample=5, batch_size=8, seed=4)  # fmt: skip
     eager = run_chains(model, x, y, **options)
     compiled = run_chains(model, x, y, compile=True, **options)
     assert compiled.setup_time > eager.setup_time  # the compilation is counted as set-up
