@@ -93,6 +93,12 @@ def test_draws_come_only_from_the_generator():
         (lambda: NormalGammaPrecisionUpdate("lam", ["lam"], 1.0, 1.0), "weight_sites"),
         (lambda: NormalGammaPrecisionUpdate("lam", ["w"], 0.0, 1.0), "alpha"),
         (lambda: NormalGammaPrecisionUpdate("lam", ["w"], 1.0, -1.0), "beta"),
+        (
+            lambda: NormalNoisePrecisionUpdate(
+                "tau", 1.0, 1.0, lambda *a: None, lambda *a: 1, likelihood_weight=0.0
+            ),
+            "likelihood_weight must be > 0",
+        ),
     ],
 )
 def test_update_validation(factory, message):
