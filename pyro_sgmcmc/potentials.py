@@ -35,6 +35,7 @@ __all__ = [
     "Potential",
     "SupportsLogJoint",
     "TracePotential",
+    "closed_form_gradient_covers",
     "is_identity",
 ]
 
@@ -195,11 +196,8 @@ class LogJointPotential(Potential):
     def _closed_form(self, wrt: tuple[str, ...]) -> bool:
         """Whether the closed-form gradient covers the sites ``wrt`` (cached per tuple)."""
         if wrt not in self._closed_form_for:
-            sites = getattr(self.model, "analytic_gradient_sites", None)
-            self._closed_form_for[wrt] = (
-                self.analytic_gradient
-                and not any(name in self._non_identity for name in wrt)
-                and (sites is None or set(wrt) <= set(sites))
+            self._closed_form_for[wrt] = self.analytic_gradient and closed_form_gradient_covers(
+                self.model, wrt, self._non_identity
             )
         return self._closed_form_for[wrt]
 
@@ -227,6 +225,21 @@ class LogJointPotential(Potential):
             )
         gradient = {name: grads[name][0].neg_() for name in wrt}
         return (value[0] + log_det).neg(), gradient
+
+
+def closed_form_gradient_covers(
+    model: Any, sites: tuple[str, ...], non_identity: Mapping[str, Transform]
+) -> bool:
+    """Whether ``model``'s closed-form gradient (``has_analytic_gradient``,
+    ``log_joint_and_gradient``) can replace autograd for ``sites``: each is unconstrained (not in
+    ``non_identity``) and among the model's ``analytic_gradient_sites`` (when it declares them);
+    the other sites are only read."""
+    declared = getattr(model, "analytic_gradient_sites", None)
+    return (
+        bool(getattr(model, "has_analytic_gradient", False))
+        and not any(name in non_identity for name in sites)
+        and (declared is None or set(sites) <= set(declared))
+    )
 
 
 def potential_and_gradient(

@@ -68,7 +68,7 @@ from .dynamics import (
 from .errors import ModelContractError, SamplerDivergedError
 from .gibbs import GibbsUpdate
 from .model_structure import check_finite_data, inspect_model, resolve_batch_size
-from .potentials import SupportsLogJoint, is_identity
+from .potentials import SupportsLogJoint, closed_form_gradient_covers, is_identity
 from .schedules import StepSchedule, as_schedule
 
 __all__ = ["KERNELS", "VectorizedResult", "run_chains"]
@@ -762,12 +762,7 @@ def run_chains(
     # such as Gibbs-updated precisions, are only read). ``compile`` compiles it (or, without it,
     # the potential that autograd differentiates).
     analytic = None
-    closed_form_sites = getattr(model, "analytic_gradient_sites", dynamic_sites)
-    if (
-        getattr(model, "has_analytic_gradient", False)
-        and not any(name in potential.non_identity for name in dynamic_sites)
-        and set(dynamic_sites) <= set(closed_form_sites)
-    ):
+    if closed_form_gradient_covers(model, tuple(dynamic_sites), potential.non_identity):
         analytic = partial(_call_analytic, model, args, kwargs)
     flat_gradient = _FlatGradient(
         potential.__call__,
