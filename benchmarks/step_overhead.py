@@ -125,7 +125,7 @@ def main() -> None:
         baseline_select.append(
             time_baseline(x, y, args.batch_size, args.steps, generator, "index_select")
         )
-        per_step, setup = time_sghmc(model, x, y, args.batch_size, args.steps, "log_joint")
+        per_step, setup = time_sghmc(model, x, y, args.batch_size, args.steps, "auto")
         fast.append(per_step)
         setups.append(setup)
         if not args.no_autograd:

@@ -1,75 +1,58 @@
 """pyro_sgmcmc: stochastic-gradient MCMC for Pyro models and Bayesian neural networks.
 
-The kernels :class:`SGLD`, :class:`SGHMC` and :class:`PSGLD` run inside ``pyro.infer.MCMC`` and
-draw minibatches of the data plate on every step.
+The kernels :class:`SGLD`, :class:`SGHMC`, :class:`PSGLD` and :class:`ConstantSGD` run inside
+``pyro.infer.MCMC`` and draw minibatches of the data plate on every step;
+:func:`run_chains` runs many chains of the same kernel at once. Results export to ArviZ with
+:func:`to_inference_data`.
+
+The names below are what a user needs; the rest lives in the submodules (:mod:`.nn`,
+:mod:`.schedules`, :mod:`.conjugate`, :mod:`.export`, :mod:`.diagnostics`, :mod:`.datasets`,
+:mod:`.compare`, ...). Modules that pull in ArviZ, matplotlib or scikit-learn are imported on
+first use, so ``import pyro_sgmcmc`` stays light and never touches the plotting backend.
 """
 
-from . import (
-    checkpoint,
-    conjugate,
-    datasets,
-    diagnostics,
-    dynamics,
-    export,
-    flipout,
-    initialization,
-    metrics,
-    nn,
-    predictive,
-    pruning,
-    schedules,
-    svi,
-    vectorized,
-)
-from .checkpoint import CheckpointError, ResumableMCMC, load_checkpoint
-from .compare import CompareConfig, run_comparison
-from .conjugate import (
-    NormalGammaPrecisionUpdate,
-    NormalNoisePrecisionUpdate,
-    find_normal_gamma_updates,
-)
-from .datasets import Dataset, list_datasets, load_dataset, load_target
-from .diagnostics import ConvergenceReport, convergence_report, format_reports
-from .errors import ModelContractError, SamplerDivergedError
-from .export import HMCStatsCollector, to_datatree, to_inference_data
-from .gibbs import GibbsUpdate
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .checkpoint import ResumableMCMC, load_checkpoint
+from .errors import CheckpointError, ModelContractError, SamplerDivergedError
 from .initialization import find_map, init_to_prior
 from .kernels import PSGLD, SGHMC, SGLD, ConstantSGD, StochasticGradientKernel
-from .nn import (
-    BayesianMLP,
-    CategoricalLikelihood,
-    GammaPrecision,
-    HeteroscedasticNormalLikelihood,
-    NormalLikelihood,
-    NormalPrior,
-    ScaleMixturePrior,
-)
-from .predictive import posterior_predictive
-from .pruning import prune_by_snr, snr_pruning_table
-from .svi import SVIResult, fit_svi
+from .nn import BayesianMLP, GammaPrecision, NormalPrior, ScaleMixturePrior
 from .vectorized import VectorizedResult, run_chains
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+#: Public names loaded on first use, and the module each comes from.
+_LAZY = {
+    "to_inference_data": ".export",
+    "HMCStatsCollector": ".export",
+    "convergence_report": ".diagnostics",
+    "posterior_predictive": ".predictive",
+    "fit_svi": ".svi",
+    "SVIResult": ".svi",
+    "load_dataset": ".datasets",
+    "run_comparison": ".compare",
+}
+
+_SUBMODULES = (
+    "checkpoint", "checkpoint_files", "compare", "conjugate", "datasets", "diagnostics",
+    "dynamics", "engine", "export", "flipout", "initialization", "kernels", "metrics", "nn",
+    "plots", "potentials", "predictive", "pruning", "schedules", "svi", "vectorized",
+)  # fmt: skip
 
 __all__ = [
     "PSGLD",
     "SGHMC",
     "SGLD",
     "BayesianMLP",
-    "CategoricalLikelihood",
     "CheckpointError",
-    "CompareConfig",
     "ConstantSGD",
-    "ConvergenceReport",
-    "Dataset",
     "GammaPrecision",
-    "GibbsUpdate",
     "HMCStatsCollector",
-    "HeteroscedasticNormalLikelihood",
     "ModelContractError",
-    "NormalGammaPrecisionUpdate",
-    "NormalLikelihood",
-    "NormalNoisePrecisionUpdate",
     "NormalPrior",
     "ResumableMCMC",
     "SVIResult",
@@ -78,36 +61,28 @@ __all__ = [
     "StochasticGradientKernel",
     "VectorizedResult",
     "__version__",
-    "checkpoint",
-    "conjugate",
     "convergence_report",
-    "datasets",
-    "diagnostics",
-    "dynamics",
-    "export",
     "find_map",
-    "find_normal_gamma_updates",
     "fit_svi",
-    "flipout",
-    "format_reports",
     "init_to_prior",
-    "initialization",
-    "list_datasets",
     "load_checkpoint",
     "load_dataset",
-    "load_target",
-    "metrics",
-    "nn",
     "posterior_predictive",
-    "predictive",
-    "prune_by_snr",
-    "pruning",
     "run_chains",
     "run_comparison",
-    "schedules",
-    "snr_pruning_table",
-    "svi",
-    "to_datatree",
     "to_inference_data",
-    "vectorized",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

@@ -37,20 +37,13 @@ Each checkpoint rewrites every draw kept so far; with very many draws, checkpoin
 
 from __future__ import annotations
 
-import hashlib
 import os
-import random
-import signal
-import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
 import pyro
 import pyro.poutine as poutine
 import torch
@@ -58,7 +51,20 @@ from pyro.infer.mcmc.api import MCMC, AbstractMCMC
 from pyro.infer.mcmc.logger import ProgressBar
 from pyro.util import optional
 
-from ._validation import check_positive, check_positive_int
+from ._validation import check_positive_int
+from .checkpoint_files import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    CheckpointPolicy,
+    check_writable_path,
+    data_fingerprint,
+    deferred_interrupt,
+    global_rng_state,
+    load_checkpoint,
+    save_checkpoint,
+    set_global_rng_state,
+)
+from .errors import CheckpointError
 
 __all__ = [
     "FORMAT_VERSION",
@@ -69,170 +75,9 @@ __all__ = [
     "save_checkpoint",
 ]
 
-#: Version of the checkpoint format written by this module; files of other versions are refused.
-FORMAT_VERSION = 1
-_FORMAT_NAME = "pyro_sgmcmc.checkpoint"
-
 TensorDict = dict[str, torch.Tensor]
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be used: not a checkpoint, another format version, or another model,
-    kernel, data set or run configuration. The message says which."""
-
-
-# ---------------------------------------------------------------------- files
-def check_writable_path(path: str | os.PathLike, name: str = "checkpoint_path") -> Path:
-    """Return ``path`` as a :class:`~pathlib.Path` after checking that a file can be written there.
-
-    The directory must exist and accept new files (the checkpoint is written next to the target
-    and renamed over it); ``path`` must not be a directory.
-    """
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
-    path = Path(path)
-    if str(path) == "" or path.name == "":
-        raise ValueError(f"{name} must name a file, got {str(path)!r}")
-    if path.is_dir():
-        raise ValueError(f"{name} must name a file, but {str(path)!r} is a directory")
-    directory = path.parent
-    if not directory.is_dir():
-        raise ValueError(f"{name}: the directory {str(directory)!r} does not exist")
-    try:
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{path.name}.", suffix=".probe"):
-            pass
-    except OSError as error:
-        raise ValueError(
-            f"{name}: cannot write to the directory {str(directory)!r} ({error.strerror})"
-        ) from error
-    return path
-
-
-def save_checkpoint(payload: Mapping[str, Any], path: str | os.PathLike) -> None:
-    """Write ``payload`` to ``path`` atomically.
-
-    The data go to a temporary file in the same directory, which is flushed and ``fsync``-ed and
-    then renamed over ``path`` (``os.replace``, atomic on POSIX and Windows): a reader, or a run
-    killed half-way, sees either the previous complete file or the new one.
-    """
-    path = Path(path)
-    handle = tempfile.NamedTemporaryFile(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
-    )
-    try:
-        with handle:
-            torch.save(dict(payload), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
-    if hasattr(os, "O_DIRECTORY"):
-        descriptor = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-
-
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a checkpoint written by :class:`ResumableMCMC`, refusing anything else.
-
-    Uses ``torch.load(..., weights_only=True)``: only tensors and plain Python containers are
-    read, no arbitrary pickled objects.
-
-    Raises
-    ------
-    FileNotFoundError
-        If there is no file at ``path``.
-    CheckpointError
-        If the file is not a checkpoint of this library or has another format version.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint file at {str(path)!r}")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise CheckpointError(
-            f"{str(path)!r} is not a readable pyro_sgmcmc checkpoint "
-            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
-        ) from error
-    if not isinstance(payload, dict) or payload.get("format") != _FORMAT_NAME:
-        raise CheckpointError(f"{str(path)!r} is not a pyro_sgmcmc checkpoint (no format marker)")
-    version = payload.get("format_version")
-    if version != FORMAT_VERSION:
-        raise CheckpointError(
-            f"{str(path)!r} has checkpoint format version {version!r}; this version of "
-            f"pyro_sgmcmc reads version {FORMAT_VERSION} only"
-        )
-    return payload
-
-
-def data_fingerprint(args: tuple, kwargs: Mapping[str, Any]) -> str:
-    """A BLAKE2b digest of the model arguments: tensors by dtype, shape and bytes, other
-    values by type and ``repr`` when that is stable (no memory address)."""
-    digest = hashlib.blake2b(digest_size=16)
-    named = [(str(i), a) for i, a in enumerate(args)] + sorted(
-        (str(k), v) for k, v in kwargs.items()
-    )
-    for name, value in named:
-        digest.update(name.encode())
-        if isinstance(value, torch.Tensor):
-            flat = value.detach().cpu().contiguous().reshape(-1)
-            digest.update(f"{flat.dtype}{tuple(value.shape)}".encode())
-            digest.update(flat.view(torch.uint8).numpy().data)
-        elif value is None or isinstance(value, bool | int | float | str):
-            digest.update(repr(value).encode())
-        else:
-            digest.update(type(value).__qualname__.encode())
-    return digest.hexdigest()
-
-
-def _global_rng_state() -> dict[str, Any]:
-    # The legacy global NumPy state is the one ``pyro.set_rng_seed`` seeds.
-    kind, keys, position, has_gauss, cached = np.random.get_state()  # noqa: NPY002
-    return {
-        "torch": torch.get_rng_state(),
-        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, cached],
-        "python": random.getstate(),
-    }
-
-
-def _set_global_rng_state(state: Mapping[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    kind, keys, position, has_gauss, cached = state["numpy"]
-    keys = keys.numpy().astype(np.uint32)
-    np.random.set_state((kind, keys, position, has_gauss, cached))  # noqa: NPY002
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-
-
-@contextmanager
-def _deferred_interrupt() -> Iterator[threading.Event]:
-    """Hold back Ctrl-C until the current draw is complete.
-
-    The first SIGINT only sets the returned event (the driver stops at the next draw boundary,
-    where the state can be saved); a second one interrupts at once. Outside the main thread
-    signals cannot be caught, and the event is never set.
-    """
-    requested = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield requested
-        return
-
-    def handler(signum, frame):
-        if requested.is_set():
-            signal.signal(signal.SIGINT, previous)
-            raise KeyboardInterrupt
-        requested.set()
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield requested
-    finally:
-        signal.signal(signal.SIGINT, previous)
+#: What a checkpoint of :class:`ResumableMCMC` must hold.
+_REQUIRED = ("format", "format_version", "signature", "data_fingerprint", "run", "chains", "rng")
 
 
 # ---------------------------------------------------------------------- the driver
@@ -264,6 +109,11 @@ class ResumableMCMC(MCMC):
     checkpoint_seconds:
         Write a checkpoint when this many seconds have passed since the last one, ``> 0``.
         With a ``checkpoint_path`` and neither option, a checkpoint is written every 60 s.
+    overwrite:
+        Allow ``checkpoint_path`` to replace an existing file that is not a checkpoint, or the
+        checkpoint of another run (refused otherwise, with :class:`CheckpointError`, so that
+        nothing is lost by a mistyped path). Resuming from ``checkpoint_path`` needs no
+        permission.
         Checkpoints are also written at the end of each chain and on interruption.
     draw_dtype:
         Store the kept draws in this floating dtype (e.g. ``torch.float16`` to quarter the
@@ -297,6 +147,7 @@ class ResumableMCMC(MCMC):
         checkpoint_every: int | None = None,
         checkpoint_seconds: float | None = None,
         draw_dtype: torch.dtype | None = None,
+        overwrite: bool = False,
     ) -> None:
         required = ("setup", "sample", "state_dict", "load_state_dict", "signature")
         missing = [name for name in required if not callable(getattr(kernel, name, None))]
@@ -311,14 +162,9 @@ class ResumableMCMC(MCMC):
         num_chains = check_positive_int("num_chains", num_chains)
         if hook_fn is not None and not callable(hook_fn):
             raise TypeError(f"hook_fn must be callable, got {type(hook_fn).__name__}")
-        if checkpoint_every is not None:
-            checkpoint_every = check_positive_int("checkpoint_every", checkpoint_every)
-        if checkpoint_seconds is not None:
-            checkpoint_seconds = check_positive("checkpoint_seconds", checkpoint_seconds)
-        if checkpoint_path is not None:
-            checkpoint_path = check_writable_path(checkpoint_path)
-            if checkpoint_every is None and checkpoint_seconds is None:
-                checkpoint_seconds = 60.0
+        self._checkpoints = CheckpointPolicy(
+            checkpoint_path, checkpoint_every, checkpoint_seconds, overwrite
+        )
         if draw_dtype is not None and not (
             isinstance(draw_dtype, torch.dtype) and draw_dtype.is_floating_point
         ):
@@ -341,9 +187,6 @@ class ResumableMCMC(MCMC):
             else:
                 initial_params = {k: v.unsqueeze(0) for k, v in initial_params.items()}
         self.initial_params = initial_params or None
-        self.checkpoint_path = checkpoint_path
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_seconds = checkpoint_seconds
         self.draw_dtype = draw_dtype
         #: ``True`` after a run stopped on KeyboardInterrupt (the draws so far are kept).
         self.interrupted = False
@@ -353,13 +196,17 @@ class ResumableMCMC(MCMC):
         self._fingerprint: str | None = None
         self._reset_progress()
 
+    @property
+    def checkpoint_path(self):
+        """The checkpoint file (a :class:`~pathlib.Path`), or ``None``."""
+        return self._checkpoints.path
+
     def _reset_progress(self) -> None:
         self._chain_draws: list[list[TensorDict]] = [[] for _ in range(self.num_chains)]
         self._chain_states: list[dict | None] = [None] * self.num_chains
         self._diagnostics = [None] * self.num_chains
         self._current_chain = 0
         self._consistent = True
-        self._last_checkpoint_time = time.monotonic()
 
     # ------------------------------------------------------------------ public API
     @poutine.block
@@ -391,10 +238,11 @@ class ResumableMCMC(MCMC):
         self.interrupted = False
         self._consistent = True
         restore_rng = None
+        self._checkpoints.check_fresh_run(resume_from)
         if resume_from is None:
             self._reset_progress()
         else:
-            restore_rng = self._restore(load_checkpoint(resume_from), resume_from)
+            restore_rng = self._restore(load_checkpoint(resume_from, _REQUIRED), resume_from)
         self._sample_chains(restore_rng)
 
     @classmethod
@@ -416,7 +264,7 @@ class ResumableMCMC(MCMC):
         and ``*args, **kwargs`` are the same data. Checkpoints go on to ``checkpoint_path``
         (default: ``path`` itself).
         """
-        payload = load_checkpoint(path)
+        payload = load_checkpoint(path, _REQUIRED)
         settings = payload["run"]
         mcmc = cls(
             kernel,
@@ -428,8 +276,8 @@ class ResumableMCMC(MCMC):
             disable_progbar=disable_progbar,
             save_params=settings["save_params"],
             checkpoint_path=path if checkpoint_path is None else checkpoint_path,
-            checkpoint_every=settings["checkpoint_every"],
-            checkpoint_seconds=settings["checkpoint_seconds"],
+            checkpoint_every=settings.get("checkpoint_every"),
+            checkpoint_seconds=settings.get("checkpoint_seconds"),
             draw_dtype=getattr(torch, settings["draw_dtype"]) if settings["draw_dtype"] else None,
         )
         if mcmc.initial_params is not None and settings["num_chains"] == 1:
@@ -492,14 +340,14 @@ class ResumableMCMC(MCMC):
             pyro.validation_enabled(not self.disable_validation),
             self.disable_validation is not None,
         ):
-            with _deferred_interrupt() as interrupt:
+            with deferred_interrupt() as interrupt:
                 for chain in range(self.num_chains):
                     if self._chain_complete(chain):
                         continue
                     self._run_chain(chain, interrupt, restore_rng)
                     restore_rng = None
         if restore_rng is not None:
-            _set_global_rng_state(restore_rng)
+            set_global_rng_state(restore_rng)
         self._finalize()
 
     def _total_draws(self) -> int:
@@ -518,42 +366,46 @@ class ResumableMCMC(MCMC):
         with torch.random.fork_rng(devices=[]):
             self.kernel.setup(self.warmup_steps, *self._args, **self._kwargs)
 
+    def _start_chain(self, chain: int, restore_rng: Mapping[str, Any] | None):
+        """Set the kernel up for ``chain``, fresh or from its saved state; return the params."""
+        kernel = self.kernel
+        saved = self._chain_states[chain]
+        if saved is not None:
+            self._setup_quietly()
+            draws = self._chain_draws[chain] if self.draw_dtype is None else []
+            kernel.load_state_dict({**saved, "draws": draws})
+            if restore_rng is not None:
+                set_global_rng_state(restore_rng)
+            return kernel.current_params
+        if chain > 0 and restore_rng is not None:
+            # A fresh kernel object: count the earlier chains' setups as the saved run did.
+            self._setup_quietly()
+            kernel.load_state_dict(self._chain_states[chain - 1])
+            kernel.cleanup()
+        if restore_rng is not None:
+            set_global_rng_state(restore_rng)
+        if self.initial_params is not None:
+            kernel.initial_params = {k: v[chain] for k, v in self.initial_params.items()}
+        kernel.setup(self.warmup_steps, *self._args, **self._kwargs)
+        return kernel.initial_params
+
     def _run_chain(
         self, chain: int, interrupt: threading.Event, restore_rng: Mapping[str, Any] | None
     ) -> None:
         kernel = self.kernel
         saved = self._chain_states[chain]
-        if saved is None:
-            if chain > 0 and restore_rng is not None:
-                # A fresh kernel object: count the earlier chains' setups as the saved run did.
-                self._setup_quietly()
-                kernel.load_state_dict(self._chain_states[chain - 1])
-                kernel.cleanup()
-            if restore_rng is not None:
-                _set_global_rng_state(restore_rng)
-            if self.initial_params is not None:
-                kernel.initial_params = {k: v[chain] for k, v in self.initial_params.items()}
-            kernel.setup(self.warmup_steps, *self._args, **self._kwargs)
-            params = kernel.initial_params
-        else:
-            self._setup_quietly()
-            draws = self._chain_draws[chain] if self.draw_dtype is None else []
-            kernel.load_state_dict({**saved, "draws": draws})
-            params = kernel.current_params
-            if restore_rng is not None:
-                _set_global_rng_state(restore_rng)
+        done = saved["num_draws"] if saved is not None else 0
+        params = self._start_chain(chain, restore_rng)
         self._chain_states[chain] = None
         self._diagnostics[chain] = None
         self._current_chain = chain
         save_params = getattr(kernel, "save_params", None)
         tag = f" [{chain}]" if self.num_chains > 1 else ""
-        done = saved["num_draws"] if saved is not None else 0
-        total = self._total_draws()
         bar = ProgressBar(self.warmup_steps, self.num_samples, disable=self.disable_progbar)
         bar.update(done)
         at_boundary = True
         try:
-            for index in range(done, total):
+            for index in range(done, self._total_draws()):
                 at_boundary = False
                 params = kernel.sample(params)
                 warmup = index < self.warmup_steps
@@ -569,55 +421,46 @@ class ResumableMCMC(MCMC):
                     self.hook_fn(kernel, params, stage + tag, local)
                 if interrupt.is_set():
                     raise KeyboardInterrupt
-                if self._checkpoint_due(index + 1):
-                    save_checkpoint(self._payload(kernel), self.checkpoint_path)
-                    self._last_checkpoint_time = time.monotonic()
+                if self._checkpoints.due(index + 1):
+                    self._checkpoints.write(self._payload(kernel))
         except KeyboardInterrupt:
-            self.interrupted = True
-            if at_boundary:
-                self._chain_states[chain] = kernel.state_dict(include_draws=False)
-            else:
-                self._consistent = False
-            where = "no checkpoint_path was given"
-            if self.checkpoint_path is not None:
-                if at_boundary:
-                    save_checkpoint(self._payload(None), self.checkpoint_path)
-                    where = f"a checkpoint of it is in {str(self.checkpoint_path)!r}"
-                else:
-                    where = (
-                        f"the interrupt came inside a draw; the last checkpoint in "
-                        f"{str(self.checkpoint_path)!r} is older"
-                    )
-            warnings.warn(
-                f"interrupted in chain {chain} after {len(self._chain_draws[chain])} kept draws "
-                f"of that chain; {where}. The kept draws are in collected_samples().",
-                stacklevel=3,
-            )
+            self._on_interrupt(chain, at_boundary)
             raise
         finally:
             bar.close()
         self._diagnostics[chain] = kernel.diagnostics()
         self._chain_states[chain] = kernel.state_dict(include_draws=False)
         kernel.cleanup()
+        self._checkpoints.write(self._payload(None))
+
+    def _on_interrupt(self, chain: int, at_boundary: bool) -> None:
+        """Keep the chain's state (and write a checkpoint) if the interrupt came between draws."""
+        self.interrupted = True
+        if at_boundary:
+            self._chain_states[chain] = self.kernel.state_dict(include_draws=False)
+        else:
+            self._consistent = False
+        where = "no checkpoint_path was given"
         if self.checkpoint_path is not None:
-            save_checkpoint(self._payload(None), self.checkpoint_path)
-            self._last_checkpoint_time = time.monotonic()
+            if at_boundary:
+                self._checkpoints.write(self._payload(None))
+                where = f"a checkpoint of it is in {str(self.checkpoint_path)!r}"
+            else:
+                where = (
+                    f"the interrupt came inside a draw; the last checkpoint in "
+                    f"{str(self.checkpoint_path)!r} is older"
+                )
+        warnings.warn(
+            f"interrupted in chain {chain} after {len(self._chain_draws[chain])} kept draws "
+            f"of that chain; {where}. The kept draws are in collected_samples().",
+            stacklevel=4,
+        )
 
     def _stored(self, params: TensorDict, save_params: list[str] | None) -> TensorDict:
         names = params if save_params is None else save_params
         if self.draw_dtype is None:
             return {name: params[name] for name in names}
         return {name: params[name].to(self.draw_dtype) for name in names}
-
-    def _checkpoint_due(self, num_draws: int) -> bool:
-        if self.checkpoint_path is None:
-            return False
-        if self.checkpoint_every is not None and num_draws % self.checkpoint_every == 0:
-            return True
-        return (
-            self.checkpoint_seconds is not None
-            and time.monotonic() - self._last_checkpoint_time >= self.checkpoint_seconds
-        )
 
     # ------------------------------------------------------------------ checkpoint contents
     def _payload(self, kernel) -> dict[str, Any]:
@@ -638,7 +481,7 @@ class ResumableMCMC(MCMC):
             (c["kernel_state"]["signature"] for c in chains if c["kernel_state"]), None
         )
         return {
-            "format": _FORMAT_NAME,
+            "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "signature": signature,
             "data_fingerprint": self._fingerprint,
@@ -648,12 +491,12 @@ class ResumableMCMC(MCMC):
                 "num_chains": self.num_chains,
                 "initial_params": self.initial_params,
                 "save_params": getattr(self.kernel, "save_params", None),
-                "checkpoint_every": self.checkpoint_every,
-                "checkpoint_seconds": self.checkpoint_seconds,
+                "checkpoint_every": self._checkpoints.every,
+                "checkpoint_seconds": self._checkpoints.seconds,
                 "draw_dtype": None if self.draw_dtype is None else str(self.draw_dtype)[6:],
             },
             "chains": chains,
-            "rng": _global_rng_state(),
+            "rng": global_rng_state(),
             "written_at": time.time(),
         }
 

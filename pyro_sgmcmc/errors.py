@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -31,6 +32,12 @@ class SamplerDivergedError(RuntimeError):
         ``MCMCKernel.sample``). Nothing collected before the divergence is lost.
     constrained_draws:
         The same draws mapped to the constrained space of each site.
+    chains:
+        The indices of the chains that gave up (``None`` when not known).
+    diverging:
+        For each kept draw, whether a step of it diverged (the draws so marked were taken after
+        the chain was put back to its last good state, never from a diverged state), shape of
+        the draws' leading dimensions; ``None`` when not known.
     """
 
     def __init__(
@@ -41,9 +48,36 @@ class SamplerDivergedError(RuntimeError):
         sites: Sequence[str],
         draws: Mapping[str, torch.Tensor],
         constrained_draws: Mapping[str, torch.Tensor],
+        chains: Sequence[int] | None = None,
+        diverging: Any = None,
     ) -> None:
         super().__init__(message)
         self.iteration = iteration
         self.sites = tuple(sites)
         self.draws = dict(draws)
         self.constrained_draws = dict(constrained_draws)
+        self.chains = None if chains is None else tuple(chains)
+        self.diverging = diverging
+
+    def with_draws(
+        self,
+        draws: Mapping[str, torch.Tensor],
+        constrained_draws: Mapping[str, torch.Tensor],
+        diverging: Any = None,
+        note: str = "",
+    ) -> SamplerDivergedError:
+        """A copy of this error carrying the draws a driver collected before it."""
+        return SamplerDivergedError(
+            f"{self.args[0]}{note}",
+            iteration=self.iteration,
+            sites=self.sites,
+            draws=draws,
+            constrained_draws=constrained_draws,
+            chains=self.chains,
+            diverging=diverging,
+        )
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be used: not a checkpoint, another format version, damaged, or another
+    model, kernel, seed, data set or run configuration. The message says which."""

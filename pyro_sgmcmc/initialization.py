@@ -32,8 +32,11 @@ from pyro.infer.mcmc.util import initialize_model
 from torch.distributions import biject_to
 
 from ._validation import check_positive, check_positive_int
-from .model_structure import check_finite_data, inspect_model
-from .potentials import LogJointPotential, SupportsLogJoint, TracePotential
+from .engine.layout import FlatLayout
+from .engine.minibatch import Minibatcher
+from .engine.seeds import chain_generators, chain_seeds
+from .model_structure import check_finite_data, inspect_model, resolve_batch_size
+from .potentials import make_potential
 
 __all__ = ["MapResult", "find_map", "init_to_prior"]
 
@@ -151,13 +154,9 @@ def find_map(
     if seed is not None:
         seed = check_positive_int("seed", seed, minimum=0)
     check_finite_data(args, kwargs)
-    generator = torch.Generator()
-    if seed is None:
-        generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
-    else:
-        generator.manual_seed(seed)
+    (chain_seed,) = chain_seeds(seed, [0])
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator).item()))
+        torch.manual_seed(chain_seed)
         structure = inspect_model(model, args, kwargs, subsample_plate)
         initial, _, transforms, _ = initialize_model(
             model,
@@ -168,21 +167,19 @@ def find_map(
     num_data = structure.num_data
     if batch_size is not None:
         batch_size = check_positive_int("batch_size", batch_size)
-        if batch_size > num_data:
-            raise ValueError(f"batch_size must lie in [1, N] = [1, {num_data}], got {batch_size}")
-    if isinstance(model, SupportsLogJoint):
-        potential = LogJointPotential(model, args, kwargs, transforms)
-    else:
-        potential = TracePotential(model, args, kwargs, transforms, subsample_plate)
-    z = {name: value.detach().clone().requires_grad_(True) for name, value in initial.items()}
-    optimizer = torch.optim.Adam(list(z.values()), lr=learning_rate)
+    batch_size = resolve_batch_size(batch_size, num_data, subsample_plate)
+    batches = Minibatcher(num_data, batch_size, chain_generators([chain_seed]), "independent")
+    start = {name: value.detach().unsqueeze(0) for name, value in initial.items()}
+    layout = FlatLayout({name: value.shape[1:] for name, value in start.items()})
+    potential = make_potential(
+        "auto", model, args, kwargs, transforms, layout, num_data, subsample_plate, start
+    )
+    z = layout.flatten(start).clone().requires_grad_(True)
+    optimizer = torch.optim.Adam([z], lr=learning_rate)
     losses: list[float] = []
     for _ in range(num_steps):
-        subsample = None
-        if batch_size is not None and batch_size < num_data:
-            subsample = torch.randperm(num_data, generator=generator)[:batch_size]
         optimizer.zero_grad(set_to_none=True)
-        loss = potential(z, subsample)
+        loss = potential(layout.unflatten(z), batches.next()).sum()
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
@@ -191,7 +188,8 @@ def find_map(
             f"find_map diverged (potential {losses[-1]}); lower learning_rate={learning_rate}"
         )
     with torch.no_grad():
-        constrained, _ = potential.constrain({k: v.detach() for k, v in z.items()})
+        constrained, _ = potential.constrain(layout.unflatten(z.detach()))
+        constrained = {name: value[0] for name, value in constrained.items()}
     result = MapResult({k: v.detach() for k, v in constrained.items()})
     result.losses = losses
     return result if return_values else result.init_strategy()

@@ -1,4 +1,4 @@
-r"""Minibatch potential energies :math:`\tilde U(z)` in unconstrained space.
+r"""Minibatch potential energies :math:`\tilde U(z)` of ``C`` chains in unconstrained space.
 
 For latent sites :math:`\theta = T^{-1}(z)` (Pyro's ``biject_to(support)``) and a minibatch
 :math:`S` of :math:`B` indices out of :math:`N`,
@@ -8,15 +8,26 @@ For latent sites :math:`\theta = T^{-1}(z)` (Pyro's ``biject_to(support)``) and 
     \tilde U(z) = -\log p(\theta) - \frac{N}{B} \sum_{i \in S} \log p(y_i \mid \theta)
                   - \log \left| \det \frac{\partial \theta}{\partial z} \right|,
 
-an unbiased estimate of the full-data potential. Two implementations compute it:
+an unbiased estimate of the full-data potential. Every potential here evaluates ``C`` chains at
+once: positions carry a leading chain axis, each chain has its own rows ``rows[c]``, and the
+result has shape ``(C,)``. Since chain :math:`c'` does not depend on :math:`z_c`,
 
-* :class:`TracePotential` runs the model under Pyro's effect handlers (``condition`` on the
-  latent values and on the plate's index site, then ``trace``). It works for any model that
-  follows the data-plate contract.
-* :class:`LogJointPotential` calls a model's own ``log_joint(params, subsample, *args, **kwargs)``
-  method (the *fast path*): plain torch code with no effect handlers, about twice as fast for
-  small networks. :class:`pyro_sgmcmc.nn.BayesianMLP` provides one; its agreement with the trace
-  path is tested.
+.. math::
+
+    \nabla_{z_c} \sum_{c'=1}^{C} \tilde U_{c'}(z_{c'}) = \nabla_{z_c} \tilde U_c(z_c),
+
+so one backward pass gives every chain its own gradient. Three implementations:
+
+* :class:`ClosedFormPotential` calls a model's hand-written ``log_joint_and_gradient`` (e.g.
+  :class:`pyro_sgmcmc.nn.BayesianMLP` in common settings): no autograd graph at all;
+* :class:`LogJointPotential` differentiates a model's own ``log_joint(params, subsample, ...)``
+  (the fast path: plain torch, no effect handlers), batched over chains when the model accepts a
+  chain axis, else one chain at a time;
+* :class:`TracePotential` runs the model under Pyro's effect handlers (``condition`` on the latent
+  values and on the data plate's rows, then ``trace``): any model that follows the data-plate
+  contract, one chain at a time.
+
+Their agreement is tested.
 """
 
 from __future__ import annotations
@@ -28,9 +39,12 @@ import torch
 from pyro import poutine
 from torch.distributions.transforms import ComposeTransform, IndependentTransform, Transform
 
+from .engine.layout import FlatLayout
+
 TensorDict = dict[str, torch.Tensor]
 
 __all__ = [
+    "ClosedFormPotential",
     "LogJointPotential",
     "Potential",
     "SupportsLogJoint",
@@ -44,11 +58,13 @@ __all__ = [
 class SupportsLogJoint(Protocol):
     """A model that computes its own minibatch log joint density (the fast path).
 
-    ``log_joint(params, subsample, *args, **kwargs)`` must return the scalar
+    ``log_joint(params, subsample, *args, **kwargs)`` must return
     :math:`\\log p(\\theta) + \\frac{N}{B}\\sum_{i\\in S} \\log p(y_i\\mid\\theta)` for constrained
     latent values ``params`` (a dict keyed by site name), the minibatch indices ``subsample``
-    (``None`` means all ``N`` rows) and the same ``*args, **kwargs`` as the model. It must agree
-    with the model's Pyro trace; tests compare the two.
+    (``None`` means all ``N`` rows) and the same ``*args, **kwargs`` as the model: a scalar, or,
+    when ``params`` carry a leading chain axis ``C`` and ``subsample`` has shape ``(C, B)``, one
+    value per chain (shape ``(C,)``). It must agree with the model's Pyro trace; tests compare
+    the two.
     """
 
     def log_joint(
@@ -68,110 +84,149 @@ def is_identity(transform: Transform) -> bool:
 
 
 class Potential:
-    """Base class: maps unconstrained values and a minibatch to :math:`\\tilde U(z)`.
+    r"""Base class: :math:`\tilde U` of ``C`` chains, and its gradient by autograd.
 
     Parameters
     ----------
     transforms:
         Pyro's transforms from constrained to unconstrained space, one per latent site.
-    """
-
-    def __init__(self, transforms: Mapping[str, Transform]) -> None:
-        self.transforms = dict(transforms)
-        self._non_identity = {k: t for k, t in self.transforms.items() if not is_identity(t)}
-
-    def constrain(self, unconstrained: Mapping[str, torch.Tensor]) -> tuple[TensorDict, Any]:
-        """Map to constrained space; also return the log-Jacobian of the inverse transform."""
-        constrained = dict(unconstrained)
-        log_det = 0.0
-        for name, transform in self._non_identity.items():
-            z = unconstrained[name]
-            theta = transform.inv(z)
-            constrained[name] = theta
-            log_det = log_det + transform.inv.log_abs_det_jacobian(z, theta).sum()
-        return constrained, log_det
-
-    def log_joint(
-        self, constrained: Mapping[str, torch.Tensor], subsample: torch.Tensor | None
-    ) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def __call__(
-        self, unconstrained: Mapping[str, torch.Tensor], subsample: torch.Tensor | None
-    ) -> torch.Tensor:
-        constrained, log_det = self.constrain(unconstrained)
-        return -(self.log_joint(constrained, subsample) + log_det)
-
-    def value_and_gradient(
-        self,
-        position: Mapping[str, torch.Tensor],
-        subsample: torch.Tensor | None,
-        wrt: tuple[str, ...],
-    ) -> tuple[torch.Tensor, TensorDict]:
-        """:math:`\\tilde U` at ``position`` and its gradient with respect to the sites ``wrt``
-        (by autograd; sites that do not enter the potential get a zero gradient)."""
-        leaves = {name: position[name].detach().requires_grad_(True) for name in wrt}
-        inputs = {**position, **leaves}
-        value = self(inputs, subsample)
-        grads = torch.autograd.grad(value, tuple(leaves.values()), allow_unused=True)
-        gradient = {
-            name: torch.zeros_like(leaves[name]) if g is None else g
-            for name, g in zip(leaves, grads, strict=True)
-        }
-        return value.detach(), gradient
-
-
-class TracePotential(Potential):
-    """The general path: evaluate the model's trace with Pyro's effect handlers.
-
-    Parameters
-    ----------
-    model:
-        The Pyro model.
-    args, kwargs:
-        The model's arguments (full data).
-    transforms:
-        Constrained-to-unconstrained transforms of the latent sites.
-    plate_name:
-        Name of the data plate whose index site is conditioned on the minibatch.
+    layout:
+        The sites that move (concatenated into the flat ``(C, D)`` positions); the others are
+        held fixed (e.g. Gibbs-updated) and passed separately.
+    num_data:
+        :math:`N`, the size of the data plate.
     """
 
     def __init__(
-        self,
-        model: Callable[..., Any],
-        args: tuple,
-        kwargs: Mapping[str, Any],
-        transforms: Mapping[str, Transform],
-        plate_name: str = "data",
+        self, transforms: Mapping[str, Transform], layout: FlatLayout, num_data: int
     ) -> None:
-        super().__init__(transforms)
-        self.model = model
-        self.args = args
-        self.kwargs = dict(kwargs)
-        self.plate_name = plate_name
+        self.transforms = dict(transforms)
+        self.non_identity = {k: t for k, t in self.transforms.items() if not is_identity(t)}
+        self.layout = layout
+        self.num_data = num_data
 
-    def log_joint(
-        self, constrained: Mapping[str, torch.Tensor], subsample: torch.Tensor | None
+    def constrain(self, unconstrained: Mapping[str, torch.Tensor]) -> tuple[TensorDict, Any]:
+        """Map ``(C, ...)`` values to constrained space; also return the ``(C,)`` log-Jacobian of
+        the inverse transforms (``0.0`` when every site given is unconstrained)."""
+        constrained = dict(unconstrained)
+        log_det: torch.Tensor | float = 0.0
+        for name, transform in self.non_identity.items():
+            if name not in unconstrained:
+                continue
+            z = unconstrained[name]
+            theta = transform.inv(z)
+            constrained[name] = theta
+            ladj = transform.inv.log_abs_det_jacobian(z, theta)
+            log_det = log_det + ladj.reshape(z.shape[0], -1).sum(-1)
+        return constrained, log_det
+
+    def log_joint(self, constrained: Mapping[str, torch.Tensor], rows: torch.Tensor | None):
+        """The ``(C,)`` minibatch log joint densities at constrained values."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def compile(self) -> None:
+        """Compile the computation with ``torch.compile`` (the first call compiles it): the
+        potential that autograd differentiates, or the whole closed-form value and gradient."""
+        self._evaluate = torch.compile(self._evaluate, dynamic=False)
+
+    def _evaluate(
+        self, unconstrained: Mapping[str, torch.Tensor], rows: torch.Tensor | None
     ) -> torch.Tensor:
-        data = dict(constrained)
-        if subsample is not None:
-            data[self.plate_name] = subsample
-        trace = poutine.trace(poutine.condition(self.model, data=data)).get_trace(
-            *self.args, **self.kwargs
+        constrained, log_det = self.constrain(unconstrained)
+        return -(self.log_joint(constrained, rows) + log_det)
+
+    def __call__(
+        self, unconstrained: Mapping[str, torch.Tensor], rows: torch.Tensor | None
+    ) -> torch.Tensor:
+        """:math:`\\tilde U` per chain, shape ``(C,)``, for ``(C, ...)`` values of every site."""
+        return self._evaluate(unconstrained, rows)
+
+    def value_and_grad(
+        self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:math:`\\tilde U` of each chain and its gradient with respect to the flat positions.
+
+        Parameters
+        ----------
+        flat:
+            ``(C, D)`` unconstrained positions of the moving sites (:attr:`layout`).
+        fixed:
+            ``(C, ...)`` unconstrained values of the other latent sites.
+        rows:
+            ``(C, B)`` minibatch rows of each chain, or ``None`` for all ``N`` rows.
+        """
+        leaf = flat.detach().requires_grad_(True)
+        value = self({**self.layout.unflatten(leaf), **fixed}, rows)
+        (grad,) = torch.autograd.grad(value.sum(), (leaf,))
+        return value.detach(), grad
+
+    def full_data_value_and_grad(
+        self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], chunk_size: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        r"""Full-data :math:`U(z)` and :math:`\nabla U(z)`, in chunks of ``chunk_size`` rows.
+
+        The minibatch potential of the rows :math:`S_k` (:math:`|S_k| = B_k`) is
+        :math:`\tilde U_{S_k} = -\log p(\theta) - \frac{N}{B_k}\sum_{i \in S_k} \log p(y_i \mid
+        \theta) - \log|J|`, so :math:`\sum_k \frac{B_k}{N} \tilde U_{S_k} = U` exactly when the
+        chunks partition the rows; memory is that of one chunk.
+        """
+        num_data = self.num_data
+        if chunk_size >= num_data:
+            return self.value_and_grad(flat, fixed, None)
+        value = flat.new_zeros(flat.shape[0])
+        grad = torch.zeros_like(flat)
+        for start in range(0, num_data, chunk_size):
+            rows = torch.arange(start, min(start + chunk_size, num_data), device=flat.device)
+            weight = rows.numel() / num_data
+            chunk_value, chunk_grad = self.value_and_grad(
+                flat, fixed, rows.expand(flat.shape[0], -1)
+            )
+            value += weight * chunk_value
+            grad += weight * chunk_grad
+        return value, grad
+
+
+class ClosedFormPotential(Potential):
+    """The model's hand-written gradient: ``log_joint_and_gradient(params, rows, *args)``.
+
+    Applies when :func:`closed_form_gradient_covers` the moving sites: each is unconstrained and
+    among the model's ``analytic_gradient_sites``; the fixed sites (e.g. Gibbs-updated
+    precisions) are only read. No autograd graph is recorded, which removes most of the per-step
+    overhead of a small network.
+    """
+
+    def __init__(self, model: Any, args: tuple, kwargs: Mapping[str, Any], *base: Any) -> None:
+        super().__init__(*base)
+        self.model, self.args, self.kwargs = model, args, dict(kwargs)
+
+    def log_joint(self, constrained: Mapping[str, torch.Tensor], rows: torch.Tensor | None):
+        return self.model.log_joint(constrained, rows, *self.args, **self.kwargs)
+
+    def compile(self) -> None:
+        self._closed_form = torch.compile(self._closed_form, dynamic=False)
+
+    def value_and_grad(
+        self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            return self._closed_form(flat, fixed, rows)
+
+    def _closed_form(
+        self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        constrained_fixed, log_det = self.constrain(fixed)
+        params = {**self.layout.unflatten(flat), **constrained_fixed}
+        log_joint, grads = self.model.log_joint_and_gradient(
+            params, rows, *self.args, **self.kwargs
         )
-        return trace.log_prob_sum()
+        return (log_joint + log_det).neg_(), self.layout.flatten(grads).neg_()
 
 
 class LogJointPotential(Potential):
-    """The fast path: call the model's own ``log_joint`` (see :class:`SupportsLogJoint`).
+    """Autograd through the model's own ``log_joint`` (see :class:`SupportsLogJoint`).
 
-    If the model also computes its gradient in closed form (``has_analytic_gradient`` true and a
-    ``log_joint_and_gradient(params, subsample, *args, **kwargs)`` method taking one leading
-    chain dimension, as :class:`pyro_sgmcmc.nn.BayesianMLP` does for common settings),
-    :meth:`value_and_gradient` uses it instead of autograd whenever the sites to differentiate
-    are unconstrained and among the model's ``analytic_gradient_sites`` (other sites, e.g.
-    Gibbs-updated precisions, are only read): no graph is recorded, which removes most of the
-    per-step overhead for a small network. ``analytic_gradient=False`` forces autograd.
+    ``batched`` says whether the model accepts a leading chain axis; if not, the chains are
+    evaluated one after the other (a model whose ``log_joint`` handles one set of parameters).
     """
 
     def __init__(
@@ -179,52 +234,79 @@ class LogJointPotential(Potential):
         model: SupportsLogJoint,
         args: tuple,
         kwargs: Mapping[str, Any],
-        transforms: Mapping[str, Transform],
-        analytic_gradient: bool = True,
+        *base: Any,
+        batched: bool = True,
     ) -> None:
-        super().__init__(transforms)
-        self.model = model
-        self.args = args
-        self.kwargs = dict(kwargs)
-        self.analytic_gradient = (
-            analytic_gradient
-            and bool(getattr(model, "has_analytic_gradient", False))
-            and callable(getattr(model, "log_joint_and_gradient", None))
+        super().__init__(*base)
+        self.model, self.args, self.kwargs = model, args, dict(kwargs)
+        self.batched = batched
+
+    def log_joint(self, constrained: Mapping[str, torch.Tensor], rows: torch.Tensor | None):
+        if self.batched:
+            return self.model.log_joint(constrained, rows, *self.args, **self.kwargs)
+        return _per_chain(
+            lambda params, chain_rows: self.model.log_joint(
+                params, chain_rows, *self.args, **self.kwargs
+            ),
+            constrained,
+            rows,
         )
-        self._closed_form_for: dict[tuple[str, ...], bool] = {}
 
-    def _closed_form(self, wrt: tuple[str, ...]) -> bool:
-        """Whether the closed-form gradient covers the sites ``wrt`` (cached per tuple)."""
-        if wrt not in self._closed_form_for:
-            self._closed_form_for[wrt] = self.analytic_gradient and closed_form_gradient_covers(
-                self.model, wrt, self._non_identity
-            )
-        return self._closed_form_for[wrt]
 
-    def log_joint(
-        self, constrained: Mapping[str, torch.Tensor], subsample: torch.Tensor | None
-    ) -> torch.Tensor:
-        return self.model.log_joint(constrained, subsample, *self.args, **self.kwargs)
+class TracePotential(Potential):
+    """The general path: each chain's model trace under Pyro's effect handlers.
 
-    def value_and_gradient(
+    The latent sites are conditioned on the chain's values and the data plate's index site on its
+    rows, so Pyro evaluates the observations of those rows only and scales them by ``N/B``.
+
+    Parameters
+    ----------
+    model, args, kwargs:
+        The Pyro model and its arguments (full data).
+    *base:
+        ``transforms``, ``layout``, ``num_data`` (see :class:`Potential`).
+    plate_name:
+        Name of the data plate.
+    """
+
+    def __init__(
         self,
-        position: Mapping[str, torch.Tensor],
-        subsample: torch.Tensor | None,
-        wrt: tuple[str, ...],
-    ) -> tuple[torch.Tensor, TensorDict]:
-        if not self._closed_form(wrt):
-            return super().value_and_gradient(position, subsample, wrt)
-        rows = None if subsample is None else subsample.unsqueeze(0)
-        with torch.no_grad():
-            # sites held fixed may be constrained (e.g. precisions): map them, keep log|det J|
-            constrained, log_det = self.constrain(position)
-            # one chain: add the leading chain dimension the closed-form gradient expects
-            params = {name: value.unsqueeze(0) for name, value in constrained.items()}
-            value, grads = self.model.log_joint_and_gradient(  # type: ignore[attr-defined]
-                params, rows, *self.args, **self.kwargs
-            )
-        gradient = {name: grads[name][0].neg_() for name in wrt}
-        return (value[0] + log_det).neg(), gradient
+        model: Callable[..., Any],
+        args: tuple,
+        kwargs: Mapping[str, Any],
+        *base: Any,
+        plate_name: str = "data",
+    ) -> None:
+        super().__init__(*base)
+        self.model, self.args, self.kwargs = model, args, dict(kwargs)
+        self.plate_name = plate_name
+
+    def log_joint(self, constrained: Mapping[str, torch.Tensor], rows: torch.Tensor | None):
+        return _per_chain(self._one_chain, constrained, rows)
+
+    def _one_chain(self, params: TensorDict, rows: torch.Tensor | None) -> torch.Tensor:
+        data = dict(params)
+        if rows is not None:
+            data[self.plate_name] = rows
+        conditioned = poutine.condition(self.model, data=data)
+        return poutine.trace(conditioned).get_trace(*self.args, **self.kwargs).log_prob_sum()
+
+
+def _per_chain(
+    log_joint: Callable[[TensorDict, torch.Tensor | None], torch.Tensor],
+    constrained: Mapping[str, torch.Tensor],
+    rows: torch.Tensor | None,
+) -> torch.Tensor:
+    """Stack ``log_joint`` of each chain's values and rows into a ``(C,)`` tensor."""
+    num_chains = next(iter(constrained.values())).shape[0]
+    values = [
+        log_joint(
+            {name: value[c] for name, value in constrained.items()},
+            None if rows is None else rows[c],
+        )
+        for c in range(num_chains)
+    ]
+    return torch.stack(values)
 
 
 def closed_form_gradient_covers(
@@ -237,17 +319,63 @@ def closed_form_gradient_covers(
     declared = getattr(model, "analytic_gradient_sites", None)
     return (
         bool(getattr(model, "has_analytic_gradient", False))
+        and callable(getattr(model, "log_joint_and_gradient", None))
         and not any(name in non_identity for name in sites)
         and (declared is None or set(sites) <= set(declared))
     )
 
 
-def potential_and_gradient(
-    potential: Potential,
-    position: Mapping[str, torch.Tensor],
-    subsample: torch.Tensor | None,
-    wrt: tuple[str, ...],
-) -> tuple[torch.Tensor, TensorDict]:
-    """Evaluate :math:`\\tilde U` and its gradient with respect to the sites in ``wrt``
-    (:meth:`Potential.value_and_gradient`)."""
-    return potential.value_and_gradient(position, subsample, wrt)
+#: The ``potential`` choices of the samplers.
+POTENTIAL_CHOICES = ("auto", "closed_form", "log_joint", "trace")
+
+
+def make_potential(
+    choice: str,
+    model: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    transforms: Mapping[str, Transform],
+    layout: FlatLayout,
+    num_data: int,
+    plate_name: str,
+    probe: Mapping[str, torch.Tensor],
+) -> Potential:
+    """The potential for ``choice`` (one of :data:`POTENTIAL_CHOICES`).
+
+    ``"auto"`` takes the model's closed-form gradient when it covers the moving sites, else its
+    ``log_joint`` (batched over chains if it accepts a chain axis, which ``probe`` -- ``(C, ...)``
+    unconstrained values of every latent site -- is used to check), else Pyro's trace.
+    """
+    base = (transforms, layout, num_data)
+    non_identity = {k: t for k, t in transforms.items() if not is_identity(t)}
+    covers = closed_form_gradient_covers(model, layout.names, non_identity)
+    if choice == "closed_form" and not covers:
+        raise ValueError(
+            "potential='closed_form' needs a model with a closed-form gradient "
+            "(has_analytic_gradient, log_joint_and_gradient) covering the sampled sites "
+            f"{list(layout.names)}, e.g. BayesianMLP with a Normal or GammaPrecision prior"
+        )
+    if choice == "log_joint" and not isinstance(model, SupportsLogJoint):
+        raise ValueError(
+            "potential='log_joint' needs a model with a log_joint(params, subsample, *args, "
+            "**kwargs) method (e.g. pyro_sgmcmc.nn.BayesianMLP)"
+        )
+    if choice == "closed_form" or (choice == "auto" and covers):
+        return ClosedFormPotential(model, args, kwargs, *base)
+    if choice == "log_joint" or (choice == "auto" and isinstance(model, SupportsLogJoint)):
+        potential = LogJointPotential(model, args, kwargs, *base)
+        potential.batched = _accepts_chain_axis(potential, probe)
+        return potential
+    return TracePotential(model, args, kwargs, *base, plate_name=plate_name)
+
+
+def _accepts_chain_axis(potential: LogJointPotential, probe: Mapping[str, torch.Tensor]) -> bool:
+    """Whether the model's ``log_joint`` returns one value per chain for ``(C, ...)`` values."""
+    num_chains = next(iter(probe.values())).shape[0]
+    rows = torch.zeros(num_chains, 1, dtype=torch.long)
+    try:
+        with torch.no_grad():
+            value = potential(probe, rows)
+    except (RuntimeError, ValueError, IndexError, TypeError):
+        return False
+    return tuple(value.shape) == (num_chains,)

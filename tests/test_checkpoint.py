@@ -242,9 +242,10 @@ def test_other_exceptions_keep_the_draws_and_the_last_checkpoint(tmp_path):
         mcmc.run(Y)
     assert mcmc.collected_samples()[0]["mu"].shape == (7,)
     assert load_checkpoint(path)["chains"][0]["kernel_state"]["num_draws"] == 10
-    reference = uninterrupted("sgld", num_chains=1, seeded=True)
-    resumed = ResumableMCMC.resume(path, KERNELS["sgld"](seed=11), Y, disable_progbar=True)
-    assert not torch.equal(resumed.get_samples()["mu"], reference.get_samples()["mu"])  # seed 1
+    # a kernel with another seed would continue another chain: refused, naming the seed
+    with pytest.raises(CheckpointError, match=r"config\.seed: saved '1', now '11'"):
+        ResumableMCMC.resume(path, KERNELS["sgld"](seed=11), Y, disable_progbar=True)
+    resumed = ResumableMCMC.resume(path, KERNELS["sgld"](seed=1), Y, disable_progbar=True)
     seeded = ResumableMCMC(
         KERNELS["sgld"](seed=1), SAMPLES, warmup_steps=WARMUP, disable_progbar=True
     )
@@ -333,7 +334,7 @@ def saved(tmp_path):
         (
             lambda: SGLD(model, step_size=1e-3, batch_size=8, num_steps_per_sample=3, seed=0),
             Y,
-            r"config\.step_size_arg",
+            r"config\.step_size: saved '0.002', now '0.001'",
         ),
         (lambda: KERNELS["psgld"](seed=0), Y, "kernel: saved 'SGLD', now 'PSGLD'"),
     ],
@@ -357,10 +358,68 @@ def test_other_run_settings_and_versions_are_refused(saved, tmp_path):
     with pytest.raises(CheckpointError, match="not a pyro_sgmcmc checkpoint"):
         load_checkpoint(tmp_path / "weights.pt")
     (tmp_path / "garbage.ckpt").write_bytes(b"not a checkpoint at all")
-    with pytest.raises(CheckpointError, match="not a readable"):
+    with pytest.raises(CheckpointError, match="not a pyro_sgmcmc checkpoint"):
         load_checkpoint(tmp_path / "garbage.ckpt")
     with pytest.raises(FileNotFoundError, match="no checkpoint file"):
         load_checkpoint(tmp_path / "missing.ckpt")
+
+
+def test_a_flipped_byte_is_detected(saved, tmp_path):
+    raw = bytearray(saved.read_bytes())
+    for position in (len(raw) // 2, len(raw) - 10):  # inside the records, near the end
+        damaged = bytearray(raw)
+        damaged[position] ^= 0x01
+        path = tmp_path / f"damaged-{position}.ckpt"
+        path.write_bytes(bytes(damaged))
+        with pytest.raises(CheckpointError, match="is damaged: its content does not match"):
+            ResumableMCMC.resume(path, KERNELS["sgld"](seed=0), Y, disable_progbar=True)
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(bytes(raw[: len(raw) // 3]))
+    with pytest.raises(CheckpointError, match="is damaged"):
+        load_checkpoint(truncated)
+
+
+def test_an_edited_checkpoint_missing_an_entry_is_named(saved, tmp_path):
+    payload = load_checkpoint(saved)
+    del payload["chains"]
+    path = tmp_path / "edited.ckpt"
+    save_checkpoint(payload, path)
+    with pytest.raises(CheckpointError, match=r"lacks the entries \['chains'\]: it was edited"):
+        ResumableMCMC.resume(path, KERNELS["sgld"](seed=0), Y, disable_progbar=True)
+
+
+def test_nothing_is_overwritten_without_being_asked(saved, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my results")
+    with pytest.raises(CheckpointError, match="not a pyro_sgmcmc checkpoint: refusing to over"):
+        ResumableMCMC(KERNELS["sgld"](seed=0), SAMPLES, checkpoint_path=notes)
+    assert notes.read_text() == "my results"
+    # a fresh run pointed at another run's checkpoint is refused before anything is drawn
+    before = saved.read_bytes()
+    fresh = ResumableMCMC(
+        KERNELS["sgld"](seed=0), SAMPLES, warmup_steps=WARMUP, checkpoint_path=saved,
+        disable_progbar=True,
+    )  # fmt: skip
+    with pytest.raises(CheckpointError, match="already holds the checkpoint of a run"):
+        fresh.run(Y)
+    assert saved.read_bytes() == before
+    # ... unless asked to, or when the run resumes from it
+    ResumableMCMC(
+        KERNELS["sgld"](seed=0), SAMPLES, warmup_steps=WARMUP, checkpoint_path=notes,
+        overwrite=True, disable_progbar=True,
+    ).run(Y)  # fmt: skip
+    assert load_checkpoint(notes)["run"]["num_samples"] == SAMPLES
+    ResumableMCMC.resume(saved, KERNELS["sgld"](seed=0), Y, disable_progbar=True)
+
+
+def test_temporary_files_of_a_killed_writer_are_removed(saved, tmp_path):
+    stale = saved.parent / f".{saved.name}.abc123.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    load_checkpoint(saved)
+    assert not stale.exists()
+    stale.write_bytes(b"half a checkpoint")
+    save_checkpoint(load_checkpoint(saved), saved)
+    assert not stale.exists()
 
 
 def test_kernel_state_dict_round_trip_and_refusals():

@@ -21,7 +21,13 @@ from stats_helpers import (
 )
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, SamplerDivergedError, schedules
-from pyro_sgmcmc.potentials import LogJointPotential, TracePotential, potential_and_gradient
+from pyro_sgmcmc.engine.layout import FlatLayout
+from pyro_sgmcmc.potentials import (
+    ClosedFormPotential,
+    LogJointPotential,
+    TracePotential,
+    make_potential,
+)
 
 # Step sizes for the conjugate regression (N = 1000, noise 0.5, posterior precision ~ 4000 I):
 # eps * lambda_max / 2 < 1% discretisation bias, and eps * s^2 / 2 ~ 2.5% extra variance from
@@ -77,9 +83,9 @@ def test_trace_path_samples_the_same_posterior():
     model = ConjugateLinearRegression()
     mean, _ = model.posterior(x, y)
     kernel = SGLD(TraceOnly(model), step_size=4e-6, batch_size=250, num_steps_per_sample=20)
-    assert kernel.potential == "auto"
+    assert kernel.settings.potential == "auto"
     mcmc = _run(kernel, x, y, num_samples=150, warmup=30)
-    assert isinstance(kernel._potential, type(None))  # cleaned up after the chain
+    assert kernel._chains is None  # cleaned up after the chain
     draws = mcmc.get_samples(group_by_chain=True)["w"].double().numpy()
     assert_mean_close(draws, mean, z=4.0)
 
@@ -117,18 +123,40 @@ def test_constrained_site_matches_exact_gamma_posterior(name):
 
 
 # ----------------------------------------------------------------------------- potentials
+def _potentials(model, x, y, choices, sites=None):
+    from pyro.infer.mcmc.util import initialize_model
+
+    initial, _, transforms, _ = initialize_model(model, (x, y))
+    sites = tuple(initial) if sites is None else sites
+    layout = FlatLayout({name: initial[name].shape for name in sites})
+    probe = {name: value.unsqueeze(0) for name, value in initial.items()}
+    return [
+        make_potential(choice, model, (x, y), {}, transforms, layout, x.shape[0], "data", probe)
+        for choice in choices
+    ]
+
+
+def _value_and_grad(potential, position, rows):
+    """One chain: value and per-site gradient at a dict of unbatched values."""
+    layout = potential.layout
+    batched = {name: value.unsqueeze(0) for name, value in position.items()}
+    fixed = {name: value for name, value in batched.items() if name not in layout.names}
+    value, grad = potential.value_and_grad(
+        layout.flatten(batched), fixed, None if rows is None else rows.unsqueeze(0)
+    )
+    return value[0], {name: g[0] for name, g in layout.unflatten(grad).items()}
+
+
 def test_fast_and_trace_potentials_agree_and_prior_is_not_scaled():
     x, y = regression_data(n=200, d=3)
     model = ConjugateLinearRegression(prior_scale=2.0)
-    from pyro.infer.mcmc.util import initialize_model
-
-    _, _, transforms, _ = initialize_model(model, (x, y))
-    trace = TracePotential(model, (x, y), {}, transforms)
-    fast = LogJointPotential(model, (x, y), {}, transforms)
+    trace, fast = _potentials(model, x, y, ("trace", "log_joint"))
+    assert isinstance(trace, TracePotential) and isinstance(fast, LogJointPotential)
+    assert not fast.batched  # this model's log_joint takes one set of parameters
     w = torch.tensor([0.3, -0.2, 0.5])
     idx = torch.arange(0, 200, 5)
-    u_trace, g_trace = potential_and_gradient(trace, {"w": w}, idx, ("w",))
-    u_fast, g_fast = potential_and_gradient(fast, {"w": w}, idx, ("w",))
+    u_trace, g_trace = _value_and_grad(trace, {"w": w}, idx)
+    u_fast, g_fast = _value_and_grad(fast, {"w": w}, idx)
     torch.testing.assert_close(u_trace, u_fast)
     torch.testing.assert_close(g_trace["w"], g_fast["w"])
     prior = dist.Normal(0.0, 2.0).log_prob(w).sum()
@@ -137,11 +165,7 @@ def test_fast_and_trace_potentials_agree_and_prior_is_not_scaled():
 
 
 @pytest.mark.parametrize(("likelihood", "out"), [("normal", 1), ("categorical", 3)])
-def test_log_joint_potential_uses_the_closed_form_gradient_and_agrees_with_the_trace(
-    likelihood, out
-):
-    from pyro.infer.mcmc.util import initialize_model
-
+def test_closed_form_potential_agrees_with_autograd_and_the_trace(likelihood, out):
     from pyro_sgmcmc.nn import BayesianMLP
 
     model = BayesianMLP(3, [5], out, activation="sigmoid", likelihood=likelihood)
@@ -151,50 +175,51 @@ def test_log_joint_potential_uses_the_closed_form_gradient_and_agrees_with_the_t
         y = torch.randint(0, out, (40,), generator=generator)
     else:
         y = torch.randn(40, generator=generator)
-    _, _, transforms, _ = initialize_model(model, (x, y))
-    fast = LogJointPotential(model, (x, y), {}, transforms)
-    autograd = LogJointPotential(model, (x, y), {}, transforms, analytic_gradient=False)
-    trace = TracePotential(model, (x, y), {}, transforms)
-    assert fast.analytic_gradient and not autograd.analytic_gradient
+    fast, autograd, trace = _potentials(model, x, y, ("auto", "log_joint", "trace"))
+    assert isinstance(fast, ClosedFormPotential) and autograd.batched
     position = {
         name: torch.randn(shape, generator=generator) for name, shape in model.site_shapes().items()
     }
-    sites = tuple(position)
     for rows in (torch.arange(0, 40, 4), None):
-        value, gradient = potential_and_gradient(fast, position, rows, sites)
+        value, gradient = _value_and_grad(fast, position, rows)
         for other in (autograd, trace):
-            expected_value, expected_gradient = potential_and_gradient(other, position, rows, sites)
+            expected_value, expected_gradient = _value_and_grad(other, position, rows)
             torch.testing.assert_close(value, expected_value, rtol=1e-4, atol=1e-4)
-            for name in sites:
+            for name in position:
                 torch.testing.assert_close(
                     gradient[name], expected_gradient[name], rtol=1e-4, atol=1e-4
                 )
-    # Gamma precisions (constrained, Gibbs-updated) are read, not differentiated
-    from pyro_sgmcmc.nn import GammaPrecision
 
+
+def test_closed_form_potential_reads_gamma_precisions_and_refuses_constrained_sites():
+    from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood
+
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(40, 3, generator=generator)
+    y = torch.randn(40, generator=generator)
     hierarchical = BayesianMLP(3, [5], 1, prior=GammaPrecision(2.0, 1.0))
-    y_reg = torch.randn(40, generator=generator)
-    _, _, transforms, _ = initialize_model(hierarchical, (x, y_reg))
-    closed = LogJointPotential(hierarchical, (x, y_reg), {}, transforms)
-    trace = TracePotential(hierarchical, (x, y_reg), {}, transforms)
+    weights = tuple(hierarchical.analytic_gradient_sites)
+    closed, trace = _potentials(hierarchical, x, y, ("auto", "trace"), sites=weights)
+    assert isinstance(closed, ClosedFormPotential)
     position = {
-        name: torch.randn(shape, generator=generator)
+        name: torch.randn(shape, generator=generator).abs() + 0.1
         for name, shape in hierarchical.site_shapes().items()
     }
-    weights = tuple(hierarchical.analytic_gradient_sites)
-    assert closed._closed_form(weights) and not closed._closed_form(tuple(position))
     rows = torch.arange(0, 40, 4)
-    value, gradient = potential_and_gradient(closed, position, rows, weights)
-    expected_value, expected_gradient = potential_and_gradient(trace, position, rows, weights)
+    value, gradient = _value_and_grad(closed, position, rows)
+    expected_value, expected_gradient = _value_and_grad(trace, position, rows)
     torch.testing.assert_close(value, expected_value, rtol=1e-4, atol=1e-4)
     for name in weights:
         torch.testing.assert_close(gradient[name], expected_gradient[name], rtol=1e-4, atol=1e-4)
+    # every site moving, precisions included: the closed form does not cover them
+    (moving,) = _potentials(hierarchical, x, y, ("auto",))
+    assert not isinstance(moving, ClosedFormPotential)
+    with pytest.raises(ValueError, match="potential='closed_form' needs"):
+        _potentials(hierarchical, x, y, ("closed_form",))
     # a constrained site (here a latent noise scale) sends the potential back to autograd
-    from pyro_sgmcmc.nn import NormalLikelihood
-
     scaled = BayesianMLP(3, [5], 1, likelihood=NormalLikelihood(scale=dist.HalfNormal(1.0)))
-    _, _, transforms, _ = initialize_model(scaled, (x, torch.randn(40)))
-    assert not LogJointPotential(scaled, (x, y), {}, transforms).analytic_gradient
+    (potential,) = _potentials(scaled, x, y, ("auto",))
+    assert not isinstance(potential, ClosedFormPotential)
 
 
 def test_prior_of_site_inside_data_plate_is_refused():
@@ -244,9 +269,9 @@ def test_chains_start_from_different_points():
 def test_learning_rate_is_per_datum():
     x, y = regression_data(n=400, d=2)
     kernel = SGLD(ConjugateLinearRegression(), learning_rate=0.004, batch_size=100)
-    _run(kernel, x, y, num_samples=1, warmup=0)
-    kernel.setup(0, x, y)
-    assert kernel.step_size_at(0) == pytest.approx(0.004 / 400)
+    mcmc = _run(kernel, x, y, num_samples=4, warmup=0)
+    step_sizes = mcmc.diagnostics()["step_size"]["chain 0"]
+    assert torch.allclose(step_sizes, torch.full((4,), 0.004 / 400, dtype=step_sizes.dtype))
 
 
 def test_cyclical_schedule_keeps_draws_only_in_sampling_phase():
@@ -280,7 +305,11 @@ def test_diagnostics_have_divergences_and_per_draw_stats():
 
 
 class FlakyModel(ConjugateLinearRegression):
-    """Returns a NaN log density on chosen calls of the fast path."""
+    """Returns a NaN log density on chosen calls of the fast path.
+
+    Call 1 is the set-up's check for a chain axis, call 2 the gradient at the start, and call
+    ``k + 2`` the gradient at the position reached by gradient step ``k``.
+    """
 
     def __init__(self, bad_calls):
         super().__init__()
@@ -295,20 +324,20 @@ class FlakyModel(ConjugateLinearRegression):
 
 def test_single_divergence_is_recorded_and_chain_continues():
     x, y = regression_data(n=200, d=2)
-    model = FlakyModel(bad_calls={13})
+    model = FlakyModel(bad_calls={15})
     kernel = SGLD(model, step_size=1e-5, batch_size=50, num_steps_per_sample=2)
     mcmc = _run(kernel, x, y, num_samples=20, warmup=2)
     samples = mcmc.get_samples()["w"]
     assert torch.isfinite(samples).all()
     diag = mcmc.diagnostics()
-    # call 13 is gradient step 13 (after the two draws of warm-up = 4 steps): draw (13-1)//2 - 2
+    # call 15 is gradient step 13 (after the two draws of warm-up = 4 steps): draw (13-1)//2 - 2
     assert diag["divergences"]["chain 0"] == [4]
     assert diag["divergent_steps"]["chain 0"] == [13]
 
 
 def test_persistent_divergence_raises_with_iteration_sites_and_draws():
     x, y = regression_data(n=200, d=2)
-    model = FlakyModel(bad_calls=range(31, 10_000))
+    model = FlakyModel(bad_calls=range(33, 10_000))
     kernel = SGLD(model, step_size=1e-5, batch_size=50, max_consecutive_divergences=5)
     with pytest.raises(SamplerDivergedError, match=r"up to step 35 .*sites \['w'\]") as info:
         _run(kernel, x, y, num_samples=50, warmup=10)
@@ -320,6 +349,7 @@ def test_persistent_divergence_raises_with_iteration_sites_and_draws():
     assert draws.shape == (24, 2)
     assert torch.isfinite(draws).all()
     assert torch.equal(draws[-1], draws[19]) and not torch.equal(draws[19], draws[18])
+    assert error.diverging.tolist() == [False] * 20 + [True] * 4
 
 
 def test_overflow_from_a_huge_step_is_a_divergence():
@@ -378,8 +408,7 @@ def _model_ok(x, y):
         ({"step_size": 0.0}, ValueError, r"step_size must be > 0"),
         ({"step_size": -1.0}, ValueError, r"step_size must be > 0"),
         ({"step_size": float("nan")}, ValueError, r"step_size must be finite"),
-        ({}, ValueError, r"exactly one of step_size"),
-        ({"step_size": 1e-3, "learning_rate": 1e-3}, ValueError, r"exactly one of step_size"),
+        ({"step_size": 1e-3, "learning_rate": 1e-3}, ValueError, r"at most one of step_size"),
         ({"step_size": 1e-3, "batch_size": 0}, ValueError, r"batch_size must be an integer >= 1"),
         ({"step_size": 1e-3, "batch_size": 2.5}, TypeError, r"batch_size"),
         ({"step_size": 1e-3, "temperature": 0.0}, ValueError, r"temperature must be > 0"),

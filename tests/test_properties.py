@@ -19,7 +19,7 @@ from pyro_sgmcmc.dynamics import (
     sghmc_step,
     update_gradient_noise_estimate,
 )
-from pyro_sgmcmc.kernels.minibatch import EpochBatches, IndependentBatches
+from pyro_sgmcmc.engine.minibatch import Minibatcher
 
 finite = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False, allow_infinity=False)
 vectors = st.lists(finite, min_size=1, max_size=5)
@@ -124,24 +124,39 @@ def test_optimal_constant_rates_are_positive_and_finite(noise, num_data):
     data=st.data(),
     independent=st.booleans(),
     seed=st.integers(0, 2**31),
+    chains=st.integers(1, 3),
 )
-def test_minibatch_order_resumes_exactly_from_its_state(num_data, data, independent, seed):
+def test_minibatch_order_resumes_exactly_from_its_state(num_data, data, independent, seed, chains):
     batch_size = data.draw(st.integers(1, num_data))
     before = data.draw(st.integers(0, 12))
-    cls = IndependentBatches if independent else EpochBatches
-    generator = torch.Generator().manual_seed(seed)
-    batches = cls(num_data, batch_size, generator)
+    sampling = "independent" if independent else "epoch"
+    generators = [torch.Generator().manual_seed(seed + c) for c in range(chains)]
+    batches = Minibatcher(num_data, batch_size, generators, sampling)
     for _ in range(before):
         batches.next()
-    saved, saved_rng = batches.state_dict(), generator.get_state()
+    saved, saved_rng = batches.state_dict(), [g.get_state() for g in generators]
     expected = [batches.next() for _ in range(6)]
-    other_generator = torch.Generator().manual_seed(seed + 1)
-    other_generator.set_state(saved_rng)
-    restored = cls(num_data, batch_size, other_generator)
+    others = [torch.Generator().manual_seed(seed + 100) for _ in range(chains)]
+    for generator, state in zip(others, saved_rng, strict=True):
+        generator.set_state(state)
+    restored = Minibatcher(num_data, batch_size, others, sampling)
     restored.load_state_dict(saved)
     for want in expected:
         got = restored.next()
         assert (want is None and got is None) or torch.equal(want, got)
         if got is not None:
-            assert len(set(got.tolist())) == batch_size
+            assert got.shape == (chains, batch_size)
+            for row in got:
+                assert len(set(row.tolist())) == batch_size
             assert 0 <= int(got.min()) and int(got.max()) < num_data
+
+
+@settings(max_examples=30, deadline=None)
+@given(num_data=st.integers(2, 40), data=st.data(), seed=st.integers(0, 2**31))
+def test_a_chain_draws_the_same_minibatches_alone_or_among_others(num_data, data, seed):
+    batch_size = data.draw(st.integers(1, num_data - 1))
+    seeds = [seed, seed + 1, seed + 2]
+    stacked = Minibatcher(num_data, batch_size, [torch.Generator().manual_seed(s) for s in seeds])
+    alone = Minibatcher(num_data, batch_size, [torch.Generator().manual_seed(seeds[1])])
+    for _ in range(5):
+        assert torch.equal(stacked.next()[1], alone.next()[0])

@@ -9,20 +9,26 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from pyro.infer import MCMC
 
-from pyro_sgmcmc import SGHMC
-from pyro_sgmcmc.errors import ModelContractError
+from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD
+from pyro_sgmcmc.engine.estimators import ControlVariateGradient
+from pyro_sgmcmc.engine.layout import FlatLayout
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood, ScaleMixturePrior
-from pyro_sgmcmc.vectorized import (
-    VectorizedResult,
-    _ControlVariate,
-    _FlatGradient,
-    _StackedPotential,
-    run_chains,
-)
+from pyro_sgmcmc.potentials import LogJointPotential
+from pyro_sgmcmc.vectorized import VectorizedResult, run_chains
 
 NUM_DATA, DIM = 50, 2
+KERNELS = {"sgld": SGLD, "sghmc": SGHMC, "psgld": PSGLD, "constant_sgd": ConstantSGD}
+RUN_OPTIONS = (
+    "num_chains", "num_samples", "warmup_steps", "initial_params", "callback", "checkpoint_path",
+    "checkpoint_every", "checkpoint_seconds", "resume_from", "overwrite",
+)  # fmt: skip
+
+
+def run(model, *args, kernel="sghmc", **options):
+    """``run_chains`` of ``KERNELS[kernel](model, **kernel options)`` with the run options."""
+    run_options = {k: options.pop(k) for k in RUN_OPTIONS if k in options}
+    return run_chains(KERNELS[kernel](model, **options), *args, **run_options)
 
 
 class GaussianMean:
@@ -73,7 +79,7 @@ def test_matches_exact_gaussian_posterior(gaussian_data, kernel):
     y, mean, var = gaussian_data
     options = {"friction": 0.2} if kernel == "sghmc" else {}
     step = {"sgld": 2e-3, "sghmc": 2e-3, "psgld": 2e-3}[kernel]
-    result = run_chains(
+    result = run(
         GaussianMean(),
         y,
         kernel=kernel,
@@ -93,36 +99,12 @@ def test_matches_exact_gaussian_posterior(gaussian_data, kernel):
     assert draws.reshape(-1, DIM).var(0).sub(var).abs().div(var).max() < 0.35
 
 
-def test_matches_sequential_kernel(gaussian_data):
-    y = gaussian_data[0]
-    common = {"step_size": 2e-3, "friction": 0.2, "batch_size": 10, "num_steps_per_sample": 5}
-    vectorised = run_chains(
-        GaussianMean(), y, kernel="sghmc", num_chains=4, num_samples=300, warmup_steps=50,
-        seed=3, **common,
-    )  # fmt: skip
-    mcmc = MCMC(
-        SGHMC(GaussianMean(), seed=3, potential="log_joint", **common),
-        num_samples=300,
-        warmup_steps=50,
-        num_chains=4,
-        disable_progbar=True,
-    )
-    mcmc.run(y)
-    sequential = mcmc.get_samples(group_by_chain=True)["mu"]
-    a, b = vectorised.samples["mu"], sequential
-    # the two chain-averaged means differ by less than 4 combined standard errors
-    se = torch.sqrt(a.mean(1).var(0) / 4 + b.mean(1).var(0) / 4).clamp_min(1e-4)
-    assert ((a.mean((0, 1)) - b.mean((0, 1))).abs() / se < 4).all()
-    ratio = a.reshape(-1, DIM).var(0) / b.reshape(-1, DIM).var(0)
-    assert ((ratio > 0.6) & (ratio < 1.6)).all()
-
-
 def test_chains_are_independent_and_reproducible(gaussian_data):
     y, _, _ = gaussian_data
     options = {"num_chains": 3, "num_samples": 20, "step_size": 1e-3, "batch_size": 10}
-    first = run_chains(GaussianMean(), y, seed=0, **options).samples["mu"]
-    again = run_chains(GaussianMean(), y, seed=0, **options).samples["mu"]
-    other = run_chains(GaussianMean(), y, seed=1, **options).samples["mu"]
+    first = run(GaussianMean(), y, seed=0, **options).samples["mu"]
+    again = run(GaussianMean(), y, seed=0, **options).samples["mu"]
+    other = run(GaussianMean(), y, seed=1, **options).samples["mu"]
     assert torch.equal(first, again)
     assert not torch.allclose(first, other)
     # different chains: different starts and different paths
@@ -133,12 +115,13 @@ def test_chains_are_independent_and_reproducible(gaussian_data):
 def test_each_chain_draws_its_own_minibatches(gaussian_data):
     y, _, _ = gaussian_data
     model = GaussianMean()
-    run_chains(model, y, num_chains=4, num_samples=5, step_size=1e-3, batch_size=10, seed=0)
+    run(model, y, num_chains=4, num_samples=5, step_size=1e-3, batch_size=10, seed=0)
     subsample = model.seen[-1]
     assert subsample.shape == (4, 10)
     assert len({tuple(sorted(row.tolist())) for row in subsample}) == 4
-    # within an epoch (N / B = 5 steps) each chain sees every row once
-    epoch = torch.cat(model.seen[:5], dim=1)
+    # within an epoch (N / B = 5 steps) each chain sees every row once (the first call is the
+    # set-up's check that log_joint takes a chain axis)
+    epoch = torch.cat(model.seen[1:6], dim=1)
     for row in epoch:
         assert sorted(row.tolist()) == list(range(NUM_DATA))
 
@@ -147,7 +130,7 @@ def test_bnn_shapes_stats_and_export():
     x = torch.linspace(-1, 1, 24).unsqueeze(-1)
     y = torch.sin(3 * x.squeeze(-1))
     model = BayesianMLP(1, [5], 1, prior=GammaPrecision(1.0, 1.0))
-    result = run_chains(
+    result = run(
         model, x, y, kernel="sghmc", num_chains=3, num_samples=7, warmup_steps=2,
         learning_rate=1e-2, batch_size=8, gibbs_every=3, seed=0,
     )  # fmt: skip
@@ -207,7 +190,6 @@ def test_batched_log_joint_equals_per_chain(head, prior):
         ({"num_chains": 0}, "num_chains"),
         ({"num_samples": 0}, "num_samples"),
         ({"warmup_steps": -1}, "warmup_steps"),
-        ({"kernel": "nuts"}, "kernel"),
         ({"batch_size": 51}, "batch_size"),
         ({"friction": 1.5}, "friction"),
         ({"temperature": 0.0}, "temperature"),
@@ -216,7 +198,6 @@ def test_batched_log_joint_equals_per_chain(head, prior):
         ({"learning_rate": 1e-2}, "step_size"),
         ({"gradient_noise": 0.5, "friction": 0.1}, "gradient_noise"),
         ({"initial_params": {"nope": torch.zeros(2)}}, "initial_params"),
-        ({"control_variate": "map"}, "control_variate"),
         ({"control_variate": {"mu": torch.zeros(3)}}, "control_variate"),
         ({"control_variate": {"nope": torch.zeros(2)}}, "control_variate"),
         ({"chunk_size": 0}, "chunk_size"),
@@ -227,24 +208,40 @@ def test_bad_arguments_raise_value_error_naming_them(gaussian_data, options, arg
     y, _, _ = gaussian_data
     call = {"num_chains": 2, "num_samples": 2, "step_size": 1e-3, **options}
     with pytest.raises(ValueError, match=argument):
-        run_chains(GaussianMean(), y, **call)
+        run(GaussianMean(), y, **call)
 
 
-def test_model_without_batched_fast_path_is_refused(gaussian_data):
+def test_run_chains_takes_a_kernel_and_refuses_anything_else(gaussian_data):
+    y, _, _ = gaussian_data
+    with pytest.raises(TypeError, match=r"run_chains takes an SG-MCMC kernel.*got function"):
+        run_chains(GaussianMean().__call__.__func__, y)
+    with pytest.raises(TypeError, match="control_variate must be True, False or a mapping"):
+        run(GaussianMean(), y, step_size=1e-3, control_variate="map")
+    with pytest.raises(TypeError, match="callback must be callable"):
+        run(GaussianMean(), y, step_size=1e-3, callback=3)
+
+
+def test_models_without_a_batched_fast_path_run_chain_by_chain(gaussian_data):
+    """Any model the kernels accept runs in run_chains: a trace-only model, and a model whose
+    log_joint takes one set of parameters, both evaluated one chain at a time."""
     y, _, _ = gaussian_data
 
     def plain_model(y):
         GaussianMean()(y)
 
-    with pytest.raises(ModelContractError, match="log_joint"):
-        run_chains(plain_model, y, num_chains=2, num_samples=2, step_size=1e-3)
-
     class Unbatched(GaussianMean):
         def log_joint(self, params, subsample, y):
-            return super().log_joint(params, subsample, y).sum()
+            if params["mu"].dim() != 1:
+                raise ValueError("one set of parameters at a time")
+            return super().log_joint(params, subsample, y)
 
-    with pytest.raises(ModelContractError, match="one log joint per chain"):
-        run_chains(Unbatched(), y, num_chains=2, num_samples=2, step_size=1e-3)
+    options = {"num_chains": 2, "num_samples": 3, "step_size": 1e-3, "batch_size": 10, "seed": 1}
+    trace = run(plain_model, y, **options).samples["mu"]
+    unbatched = run(Unbatched(), y, **options).samples["mu"]
+    batched = run(GaussianMean(), y, **options).samples["mu"]
+    assert trace.shape == unbatched.shape == batched.shape == (2, 3, DIM)
+    torch.testing.assert_close(trace, batched)
+    torch.testing.assert_close(unbatched, batched)
 
 
 # ----------------------------------------------------------------------------- control variates
@@ -278,36 +275,36 @@ def _logistic_data(num_data=400, dim=3, seed=0):
     return x, y
 
 
-def _flat_gradient(model, args, dim):
+def _potential(model, args, dim):
     identity = torch.distributions.transforms.identity_transform
-    potential = _StackedPotential(model, args, {}, {"w": identity}, 1)
-    return _FlatGradient(potential, {"w": torch.Size([dim])})
+    layout = FlatLayout({"w": torch.Size([dim])})
+    return LogJointPotential(model, args, {}, {"w": identity}, layout, args[0].shape[0])
 
 
 def test_chunked_full_data_gradient_equals_one_pass():
     x, y = _logistic_data()
-    flat = _flat_gradient(LogisticRegression(), (x, y), 3)
+    potential = _potential(LogisticRegression(), (x, y), 3)
     z = torch.randn(4, 3, dtype=torch.float64)
-    value, grad = flat(z, None, {})
-    chunked_value, chunked_grad = flat.full_data(z, {}, x.shape[0], chunk_size=33)
+    value, grad = potential.value_and_grad(z, {}, None)
+    chunked_value, chunked_grad = potential.full_data_value_and_grad(z, {}, chunk_size=33)
     assert torch.allclose(value, chunked_value) and torch.allclose(grad, chunked_grad)
 
 
 def test_control_variate_gradient_is_unbiased_and_less_noisy():
     x, y = _logistic_data()
     num_data, batch, points, repeats = x.shape[0], 8, 4, 2000
-    flat = _flat_gradient(LogisticRegression(), (x, y), 3)
+    potential = _potential(LogisticRegression(), (x, y), 3)
     centre = torch.tensor([0.8, -1.7, 0.4], dtype=torch.float64)
     generator = torch.Generator().manual_seed(0)
     # 4 points about one posterior standard deviation (~0.1 here) from the centre, each repeated
     # as 2000 "chains" with their own minibatches: 2000 draws of the estimator in one call
     z = centre + 0.05 * torch.randn(points, 3, generator=generator, dtype=torch.float64)
     z_rep = z.repeat(repeats, 1)
-    control = _ControlVariate(flat, centre, z_rep.shape[0], num_data, chunk_size=num_data)
+    control = ControlVariateGradient(potential, centre, z_rep.shape[0], chunk_size=num_data)
     rows = torch.rand(z_rep.shape[0], num_data, generator=generator).argsort(-1)[:, :batch]
-    estimates = control(z_rep, rows, {})[1].reshape(repeats, points, 3)
-    plain = flat(z_rep, rows, {})[1].reshape(repeats, points, 3)
-    _, exact = flat(z, None, {})
+    estimates = control(z_rep, {}, rows)[1].reshape(repeats, points, 3)
+    plain = potential.value_and_grad(z_rep, {}, rows)[1].reshape(repeats, points, 3)
+    _, exact = potential.value_and_grad(z, {}, None)
     standard_error = estimates.std(0) / math.sqrt(repeats)
     # E[estimate] = full-data gradient (rows drawn without replacement), within MC error
     assert ((estimates.mean(0) - exact).abs() / standard_error < 4.5).all()
@@ -325,9 +322,9 @@ def test_control_variate_recovers_posterior_where_plain_sgld_is_too_wide():
                "num_steps_per_sample": 5, "learning_rate": 0.05, "batch_size": batch, "seed": 0,
                "initial_params": {"mu": torch.full((DIM,), 1.5)}}  # fmt: skip
     # plain SGLD: the minibatch noise inflates the variance by about 1 + c N / (2 B) = 11
-    plain = run_chains(GaussianMean(), y, **options).samples["mu"].reshape(-1, DIM)
+    plain = run(GaussianMean(), y, **options).samples["mu"].reshape(-1, DIM)
     assert (plain.var(0) / var > 3).all()
-    result = run_chains(GaussianMean(), y, control_variate=True, **options)
+    result = run(GaussianMean(), y, control_variate=True, **options)
     draws = result.samples["mu"]
     assert torch.allclose(result.control_variate_centre["mu"], mean, atol=1e-2 * math.sqrt(var))
     assert (_effective_z(draws, mean, var).abs() < 4).all()
@@ -335,7 +332,7 @@ def test_control_variate_recovers_posterior_where_plain_sgld_is_too_wide():
     ratio = draws.reshape(-1, DIM).var(0) / var
     assert ((ratio > 0.75) & (ratio < 1.3)).all()
     # a centre given by the user is used as is
-    given = run_chains(GaussianMean(), y, control_variate={"mu": mean}, **options)
+    given = run(GaussianMean(), y, control_variate={"mu": mean}, **options)
     assert torch.equal(given.control_variate_centre["mu"], mean)
 
 
@@ -414,8 +411,8 @@ def test_run_chains_uses_the_closed_form_gradient_with_gibbs_sites():
         return original(*args, **kwargs)
 
     model.log_joint_and_gradient = spy
-    result = run_chains(model, x, y, kernel="sghmc", num_chains=2, num_samples=5, warmup_steps=1,
-                        step_size=1e-3, batch_size=10, seed=0)  # fmt: skip
+    result = run(model, x, y, kernel="sghmc", num_chains=2, num_samples=5, warmup_steps=1,
+                 step_size=1e-3, batch_size=10, seed=0)  # fmt: skip
     assert calls
     assert torch.isfinite(result.samples["layers.0.weight_precision"]).all()
     assert (result.samples["layers.0.weight_precision"] > 0).all()
@@ -434,9 +431,9 @@ def test_control_variate_with_gibbs_sites_and_bnn():
     x = torch.randn(60, 2, generator=generator)
     y = x.sum(-1) + 0.1 * torch.randn(60, generator=generator)
     model = BayesianMLP(2, [4], 1, prior=GammaPrecision(1.0, 1.0))
-    result = run_chains(model, x, y, num_chains=3, num_samples=10, num_steps_per_sample=3,
-                        learning_rate=1e-3, batch_size=10, seed=0, control_variate=True,
-                        gibbs_every=4, centre_iterations=20)  # fmt: skip
+    result = run(model, x, y, num_chains=3, num_samples=10, num_steps_per_sample=3,
+                 learning_rate=1e-3, batch_size=10, seed=0, control_variate=True,
+                 gibbs_every=4, centre_iterations=20)  # fmt: skip
     assert set(result.control_variate_centre) == {
         f"layers.{i}.{p}" for i in range(2) for p in ("weight", "bias")
     }
@@ -453,8 +450,82 @@ def test_compiled_closed_form_gradient_follows_the_eager_chain():
     y = torch.sin(3 * x.squeeze(-1)) + 0.1 * torch.randn(16, generator=generator)
     options = dict(kernel="sghmc", num_chains=3, num_samples=10, warmup_steps=2, step_size=1e-3,
                    friction=0.3, num_steps_per_sample=5, batch_size=8, seed=4)  # fmt: skip
-    eager = run_chains(model, x, y, **options)
-    compiled = run_chains(model, x, y, compile=True, **options)
+    eager = run(model, x, y, **options)
+    compiled = run(model, x, y, compile=True, **options)
     assert compiled.setup_time > eager.setup_time  # the compilation is counted as set-up
     for name, value in eager.samples.items():
         torch.testing.assert_close(compiled.samples[name], value, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def _interrupt_after(draws: int):
+    """A callback that raises KeyboardInterrupt after the given kept draw."""
+
+    def callback(index, draw):
+        if index + 1 == draws:
+            raise KeyboardInterrupt
+
+    return callback
+
+
+def test_run_chains_checkpoint_resumes_bit_identically(gaussian_data, tmp_path):
+    y, _, _ = gaussian_data
+    options = {"num_chains": 3, "num_samples": 12, "warmup_steps": 4, "step_size": 1e-3,
+               "batch_size": 10, "seed": 5, "friction": 0.2}  # fmt: skip
+    reference = run(GaussianMean(), y, **options)
+    path = tmp_path / "chains.ckpt"
+    # interrupted by an error after 5 kept draws: the checkpoint of draw 8 (4 + 4) stays
+    with pytest.raises(KeyboardInterrupt):
+        run(GaussianMean(), y, checkpoint_path=path, checkpoint_every=4,
+            callback=_interrupt_after(5), **options)  # fmt: skip
+    resumed = run(GaussianMean(), y, resume_from=path, checkpoint_path=path, **options)
+    for name, draws in reference.samples.items():
+        assert torch.equal(resumed.samples[name], draws)
+    for name, stats in reference.sample_stats.items():
+        assert (resumed.sample_stats[name] == stats).all(), name
+    # the finished run's checkpoint resumes to the same result without drawing anything
+    again = run(GaussianMean(), y, resume_from=path, checkpoint_path=path, **options)
+    assert torch.equal(again.samples["mu"], reference.samples["mu"])
+
+
+def test_run_chains_refuses_another_runs_checkpoint(gaussian_data, tmp_path):
+    from pyro_sgmcmc import CheckpointError
+
+    y, _, _ = gaussian_data
+    options = {"num_chains": 2, "num_samples": 4, "step_size": 1e-3, "batch_size": 10}
+    path = tmp_path / "chains.ckpt"
+    run(GaussianMean(), y, seed=1, checkpoint_path=path, **options)
+    with pytest.raises(CheckpointError, match="already holds the checkpoint of a run"):
+        run(GaussianMean(), y, seed=1, checkpoint_path=path, **options)
+    with pytest.raises(CheckpointError, match=r"config\.seed: saved '1', now '2'"):
+        run(GaussianMean(), y, seed=2, resume_from=path, **options)
+    with pytest.raises(CheckpointError, match="num_chains=2, this one has num_chains=3"):
+        run(GaussianMean(), y, seed=1, resume_from=path, **{**options, "num_chains": 3})
+    with pytest.raises(CheckpointError, match="data given to run_chains differ"):
+        run(GaussianMean(), y + 1, seed=1, resume_from=path, **options)
+    other = tmp_path / "notes.txt"
+    other.write_text("keep me")
+    with pytest.raises(CheckpointError, match="refusing to overwrite"):
+        run(GaussianMean(), y, seed=1, checkpoint_path=other, **options)
+    assert other.read_text() == "keep me"
+
+
+def test_ctrl_c_stops_run_chains_at_a_draw_boundary_with_a_checkpoint(gaussian_data, tmp_path):
+    import os
+    import signal
+
+    y, _, _ = gaussian_data
+    options = {"num_chains": 2, "num_samples": 10, "warmup_steps": 2, "step_size": 1e-3,
+               "batch_size": 10, "seed": 3}  # fmt: skip
+    reference = run(GaussianMean(), y, **options)
+    path = tmp_path / "chains.ckpt"
+
+    def press_ctrl_c(index, draw):
+        if index == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.warns(UserWarning, match="interrupted after 6 draws per chain; a checkpoint"):
+        with pytest.raises(KeyboardInterrupt):
+            run(GaussianMean(), y, checkpoint_path=path, callback=press_ctrl_c, **options)
+    resumed = run(GaussianMean(), y, resume_from=path, checkpoint_path=path, **options)
+    assert torch.equal(resumed.samples["mu"], reference.samples["mu"])

@@ -1,12 +1,19 @@
-"""Helpers shared by the update rules: dictionaries of tensors and Gaussian noise."""
+"""Helpers shared by the update rules: dictionaries of tensors, Gaussian noise, step sizes.
+
+A step size may be a float (shared by every chain and coordinate) or a tensor that broadcasts
+against the positions, e.g. shape ``(C, 1)`` for one step size per chain of a ``(C, D)`` stack.
+"""
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping
 
 import torch
 
 TensorDict = dict[str, torch.Tensor]
+StepSize = float | torch.Tensor
 
 
 def standard_normal_like(
@@ -30,13 +37,57 @@ def resolve_noise(
     return standard_normal_like(like, generator)
 
 
-def check_rule_arguments(**values: float) -> None:
+def is_scalar(value: object) -> bool:
+    """Whether ``value`` is a plain real number (not a tensor)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def sqrt(value: StepSize) -> StepSize:
+    """Square root of a float or a tensor (the noise scales of the update rules)."""
+    return math.sqrt(value) if is_scalar(value) else value.sqrt()
+
+
+def entry(values: float | Mapping[str, torch.Tensor] | None, name: str) -> StepSize | None:
+    """The entry ``name`` of a per-site mapping, or the shared value itself."""
+    if values is None or is_scalar(values) or isinstance(values, torch.Tensor):
+        return values
+    return values[name]
+
+
+def noise_scale(
+    step_size: StepSize, budget: float, gradient_noise: float | Mapping[str, torch.Tensor]
+) -> StepSize | dict[str, torch.Tensor]:
+    r""":math:`\sqrt{2\epsilon (b - \hat\beta)_+}` before the preconditioner, shared or per entry.
+
+    ``budget`` :math:`b` is the variance the dynamics must inject per unit step: :math:`T` for SGLD,
+    :math:`\alpha T` for SGHMC with friction :math:`\alpha`; :math:`\hat\beta` is the part the
+    stochastic gradient already supplies.
+    """
+    if is_scalar(gradient_noise):
+        if budget <= gradient_noise:  # nothing to inject (e.g. T = 0): no noise is drawn
+            return 0.0
+        return sqrt(2.0 * step_size * (budget - gradient_noise))
+    return {
+        name: (2.0 * step_size * (budget - beta)).clamp_min(0.0).sqrt()
+        for name, beta in gradient_noise.items()
+    }
+
+
+def has_noise(scale: StepSize | Mapping[str, torch.Tensor]) -> bool:
+    """Whether a noise scale may be non-zero (a tensor is assumed to be)."""
+    return not is_scalar(scale) or scale > 0
+
+
+def check_rule_arguments(**values: float | torch.Tensor) -> None:
     """Cheap scalar checks for the update rules; each message names the argument and range.
 
     ``step_size``, ``temperature`` and ``num_data`` must be ``>= 0`` (``num_data > 0``),
     ``friction`` and ``persistence`` lie in ``[0, 1]``, ``decay`` in ``[0, 1)``, ``epsilon > 0``.
+    Tensors (per-chain step sizes) are produced by the samplers themselves and not checked here.
     """
     for name, value in values.items():
+        if not is_scalar(value):
+            continue
         if name in ("step_size", "temperature") and not value >= 0:
             raise ValueError(f"{name} must be >= 0 (allowed range [0, inf)), got {value}")
         if name in ("friction", "persistence") and not 0 <= value <= 1:

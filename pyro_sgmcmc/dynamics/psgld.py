@@ -2,13 +2,20 @@ r"""Preconditioned SGLD with an RMSprop diagonal (Li, Chen, Carlson & Carin, 201
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
 import torch
 
-from ._common import TensorDict, check_rule_arguments, resolve_noise
+from ._common import (
+    StepSize,
+    TensorDict,
+    check_rule_arguments,
+    has_noise,
+    noise_scale,
+    resolve_noise,
+)
+from .sgld import preconditioned_move
 
 
 class PSGLDState(NamedTuple):
@@ -27,7 +34,7 @@ def psgld_init(position: Mapping[str, torch.Tensor]) -> PSGLDState:
 def psgld_step(
     state: PSGLDState,
     gradient: Mapping[str, torch.Tensor],
-    step_size: float,
+    step_size: StepSize,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
     *,
@@ -35,6 +42,7 @@ def psgld_step(
     decay: float = 0.99,
     epsilon: float = 1e-5,
     noise: Mapping[str, torch.Tensor] | None = None,
+    adapt: bool = True,
 ) -> PSGLDState:
     r"""One pSGLD step.
 
@@ -78,6 +86,11 @@ def psgld_step(
         :math:`\lambda > 0`, the diagonal bias that keeps :math:`G` bounded.
     noise:
         Standard normal draws :math:`\xi_t` to use instead of the generator (for exact tests).
+    adapt:
+        Update :math:`V` (default). ``False`` freezes it (and so :math:`G`): the chain is then a
+        preconditioned SGLD with a *constant* :math:`G`, for which :math:`\Gamma = 0` exactly and
+        the stationary distribution is :math:`\pi_T` up to the :math:`O(\epsilon)` step-size bias.
+        The samplers' adaptive warm-up adapts :math:`V` during warm-up and freezes it after.
 
     References
     ----------
@@ -91,21 +104,28 @@ def psgld_step(
         decay=decay,
         epsilon=epsilon,
     )
+    if not adapt and state.square_average is None:
+        raise ValueError("psgld_step(adapt=False) needs a state whose square_average is set")
     position = state.position
-    xi = resolve_noise(position, generator, noise) if temperature > 0 else None
-    noise_scale = math.sqrt(2.0 * step_size * temperature)
+    scale = noise_scale(step_size, temperature, 0.0)
+    xi = resolve_noise(position, generator, noise) if has_noise(scale) else None
     new_position, new_average = {}, {}
     for name, theta in position.items():
         g = gradient[name]
-        mean_gradient_sq = (g / num_data).square()
-        if state.square_average is None:
-            average = mean_gradient_sq
+        if not adapt:
+            average = state.square_average[name]
+        elif state.square_average is None:
+            average = (g / num_data).square()
         else:
-            average = decay * state.square_average[name] + (1.0 - decay) * mean_gradient_sq
-        preconditioner = 1.0 / (epsilon + average.sqrt())
-        moved = theta - step_size * preconditioner * g
-        if xi is not None:
-            moved = moved + noise_scale * preconditioner.sqrt() * xi[name]
-        new_position[name] = moved
+            average = torch.lerp((g / num_data).square(), state.square_average[name], decay)
+        new_position[name] = preconditioned_move(
+            theta, g, step_size, rmsprop_preconditioner(average, epsilon), scale,
+            None if xi is None else xi[name],
+        )  # fmt: skip
         new_average[name] = average
     return PSGLDState(new_position, new_average)
+
+
+def rmsprop_preconditioner(square_average: torch.Tensor, epsilon: float) -> torch.Tensor:
+    r""":math:`G = 1 \oslash (\lambda + \sqrt{V})`, the RMSprop diagonal of Li et al."""
+    return (square_average.sqrt() + epsilon).reciprocal()

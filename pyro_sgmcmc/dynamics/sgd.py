@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._common import TensorDict, check_rule_arguments, resolve_noise
+from ._common import StepSize, TensorDict, check_rule_arguments, entry, resolve_noise
 
 
 class SGDState(NamedTuple):
@@ -24,7 +24,7 @@ def sgd_init(position: Mapping[str, torch.Tensor]) -> SGDState:
 def sgd_step(
     state: SGDState,
     gradient: Mapping[str, torch.Tensor],
-    step_size: float | Mapping[str, torch.Tensor],
+    step_size: StepSize | Mapping[str, torch.Tensor],
 ) -> SGDState:
     r"""One step of SGD with a constant rate and no injected noise.
 
@@ -50,12 +50,10 @@ def sgd_step(
     S. Mandt, M. D. Hoffman and D. M. Blei, "Stochastic gradient descent as approximate Bayesian
     inference", JMLR 18, 2017.
     """
-    if isinstance(step_size, float | int):
-        check_rule_arguments(step_size=step_size)
+    check_rule_arguments(step_size=step_size)
     new_position = {}
     for name, theta in state.position.items():
-        rate = step_size if isinstance(step_size, float | int) else step_size[name]
-        new_position[name] = theta - rate * gradient[name]
+        new_position[name] = theta - entry(step_size, name) * gradient[name]
     return SGDState(new_position)
 
 
@@ -64,7 +62,8 @@ def optimal_constant_rates(
     num_data: int,
     *,
     diagonal: bool = False,
-) -> float | TensorDict:
+    batch_ndim: int = 0,
+) -> float | torch.Tensor | TensorDict:
     r"""Mandt et al.'s optimal constant rates from the gradient noise of two minibatches.
 
     For two disjoint minibatches of size :math:`B` drawn at the same :math:`\theta`, the
@@ -78,7 +77,9 @@ def optimal_constant_rates(
         H^*_{kk} = \frac{4 N}{(N-1) E[\Delta_k^2]},
 
     free of :math:`B`. ``mean_square_difference`` holds the running means of
-    :math:`\Delta_k^2`, one tensor per site.
+    :math:`\Delta_k^2`, one tensor per site. With ``batch_ndim`` leading chain dimensions the
+    scalar rate is computed per chain and returned as a tensor of shape ``(C, 1, ...)`` that
+    broadcasts against the sites.
     """
     check_rule_arguments(num_data=num_data)
     correction = 4.0 * num_data / max(num_data - 1, 1)
@@ -87,20 +88,23 @@ def optimal_constant_rates(
             name: correction / value.clamp_min(torch.finfo(value.dtype).tiny)
             for name, value in mean_square_difference.items()
         }
-    dimension = sum(value.numel() for value in mean_square_difference.values())
-    total = sum(float(value.sum()) for value in mean_square_difference.values())
-    if not total > 0:
+    values = list(mean_square_difference.values())
+    dimension = sum(value[(0,) * batch_ndim].numel() for value in values)
+    total = sum(value.flatten(batch_ndim).sum(-1) for value in values)
+    if not bool(torch.all(torch.as_tensor(total) > 0)):
         raise ValueError(
             "mean_square_difference is zero: the minibatch gradients show no noise, so the "
             "optimal constant rate is undefined (use a smaller batch_size or a fixed rate)"
         )
-    return correction * dimension / total
+    if batch_ndim == 0:
+        return correction * dimension / float(total)
+    return (correction * dimension / total).reshape(*total.shape, 1)
 
 
 def partial_momentum_refresh(
     momentum: Mapping[str, torch.Tensor],
     persistence: float,
-    scale: float,
+    scale: StepSize | Mapping[str, torch.Tensor],
     generator: torch.Generator | None = None,
     *,
     noise: Mapping[str, torch.Tensor] | None = None,
@@ -113,9 +117,13 @@ def partial_momentum_refresh(
 
     with persistence :math:`a \in [0, 1]` (``0`` draws a fresh momentum, ``1`` keeps it) and
     :math:`s` the standard deviation of the momentum's stationary law :math:`\mathcal N(0, s^2 I)`,
-    which the map leaves invariant exactly. (In SGHMC's velocity units :math:`s^2 = \eta T`.)
+    which the map leaves invariant exactly (a float, a tensor, or one tensor per site). In
+    SGHMC's velocity units :math:`s^2 = \eta T P`.
     """
     check_rule_arguments(persistence=persistence)
     xi = resolve_noise(momentum, generator, noise)
-    fresh = (1.0 - persistence**2) ** 0.5 * scale
-    return {name: persistence * p + fresh * xi[name] for name, p in momentum.items()}
+    fresh = (1.0 - persistence**2) ** 0.5
+    return {
+        name: persistence * p + fresh * entry(scale, name) * xi[name]
+        for name, p in momentum.items()
+    }

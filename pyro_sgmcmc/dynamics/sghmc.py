@@ -2,20 +2,21 @@ r"""Stochastic gradient Hamiltonian Monte Carlo with friction (Chen, Fox & Guest
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
 import torch
 
-from ._common import TensorDict, check_rule_arguments, resolve_noise
-
-
-class SGHMCState(NamedTuple):
-    """State of an SGHMC chain: position and momentum (in velocity units, :math:`v`)."""
-
-    position: TensorDict
-    momentum: TensorDict
+from ._common import (
+    StepSize,
+    TensorDict,
+    check_rule_arguments,
+    entry,
+    has_noise,
+    noise_scale,
+    resolve_noise,
+)
+from .sgld import preconditioned_move
 
 
 class GradientNoiseEstimate(NamedTuple):
@@ -25,6 +26,15 @@ class GradientNoiseEstimate(NamedTuple):
     mean: TensorDict
     variance: TensorDict
     count: int
+
+
+class SGHMCState(NamedTuple):
+    """State of an SGHMC chain: position, momentum (in velocity units, :math:`v`) and, when the
+    gradient noise is estimated on the fly, its running moments (else ``None``)."""
+
+    position: TensorDict
+    momentum: TensorDict
+    noise_estimate: GradientNoiseEstimate | None = None
 
 
 def sghmc_init(
@@ -40,30 +50,32 @@ def sghmc_init(
 def sghmc_step(
     state: SGHMCState,
     gradient: Mapping[str, torch.Tensor],
-    step_size: float,
+    step_size: StepSize,
     friction: float,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
     *,
     gradient_noise: float | Mapping[str, torch.Tensor] = 0.0,
     noise: Mapping[str, torch.Tensor] | None = None,
+    preconditioner: Mapping[str, torch.Tensor] | None = None,
 ) -> SGHMCState:
     r"""One SGHMC step in the :math:`(\eta, \alpha)` parameterisation of Chen et al. (eq. 15).
 
     .. math::
 
-        v_{t+1} &= (1 - \alpha)\, v_t - \eta\, \nabla \tilde U(\theta_t)
-                   + \sqrt{2 \eta\, (\alpha T - \hat\beta)_+}\; \xi_t,
+        v_{t+1} &= (1 - \alpha)\, v_t - \eta\, P \nabla \tilde U(\theta_t)
+                   + \sqrt{2 \eta P\, (\alpha T - \hat\beta)_+}\; \xi_t,
                    \qquad \xi_t \sim \mathcal N(0, I), \\
         \theta_{t+1} &= \theta_t + v_{t+1},
 
-    with learning rate :math:`\eta = \epsilon^2 M^{-1}` (it multiplies the *full-data*
-    gradient of the minibatch potential :math:`\tilde U`), friction
-    :math:`\alpha = \epsilon M^{-1} C \in (0, 1]` and :math:`\hat\beta = \eta \hat V / 2` an
-    estimate of the noise that the stochastic gradient itself injects (:math:`\hat V` its
-    variance; ``0`` ignores it, as Chen et al. do in their experiments). Without the friction
-    term the stochastic-gradient noise makes "naive" SGHMC diverge from the target; with it the
-    dynamics are a discretised second-order Langevin diffusion.
+    with learning rate :math:`\eta = \epsilon^2` (it multiplies the *full-data* gradient of the
+    minibatch potential :math:`\tilde U`), a constant diagonal inverse mass :math:`P = M^{-1}`
+    (default :math:`I`), friction :math:`\alpha = \epsilon C M^{-1} \in (0, 1]` and
+    :math:`\hat\beta = \eta P \hat V / 2` an estimate of the noise that the stochastic gradient
+    itself injects (:math:`\hat V` its variance; ``0`` ignores it, as Chen et al. do in their
+    experiments). Without the friction term the stochastic-gradient noise makes "naive" SGHMC
+    diverge from the target; with it the dynamics are a discretised second-order Langevin
+    diffusion.
 
     The momentum is updated with the gradient at the current position and the position with the
     new momentum (semi-implicit Euler), which is Chen et al.'s Algorithm 2 shifted by half a step
@@ -72,8 +84,10 @@ def sghmc_step(
 
     **Stationary distribution.** For :math:`\eta \to 0` the position samples
     :math:`\pi_T(\theta) \propto \exp(-U(\theta)/T)` (``T = 1`` is the posterior) and
-    :math:`v \sim \mathcal N(0, \eta T I)`. With a finite step size the bias is :math:`O(\eta)`;
-    no Metropolis-Hastings correction is made.
+    :math:`v \sim \mathcal N(0, \eta T P)`. A constant :math:`P` needs no correction term. With a
+    finite step size the bias is :math:`O(\eta)` (for a Gaussian of curvature :math:`\kappa` in the
+    preconditioned coordinates the position variance is about :math:`(1 + \eta\kappa/4)\, T/\kappa`
+    for small friction); no Metropolis-Hastings correction is made.
 
     Parameters
     ----------
@@ -82,7 +96,8 @@ def sghmc_step(
     gradient:
         :math:`\nabla \tilde U(\theta_t)`.
     step_size:
-        :math:`\eta \ge 0`.
+        :math:`\eta \ge 0`: a float, or a tensor broadcasting against the positions (one step size
+        per chain).
     friction:
         :math:`\alpha \in [0, 1]` (``0`` is the naive, frictionless SGHMC: for demonstrations).
     temperature:
@@ -93,6 +108,8 @@ def sghmc_step(
         :math:`\hat\beta`, a float or one tensor per site; the injected variance is clamped at 0.
     noise:
         Standard normal draws :math:`\xi_t` to use instead of the generator (for exact tests).
+    preconditioner:
+        :math:`P`, one positive tensor per site (``None``: the identity).
 
     References
     ----------
@@ -101,26 +118,18 @@ def sghmc_step(
     """
     check_rule_arguments(step_size=step_size, friction=friction, temperature=temperature)
     position, momentum = state.position, state.momentum
-    xi = resolve_noise(position, generator, noise) if temperature > 0 else None
-    scalar_std = None
-    if isinstance(gradient_noise, float | int):
-        scalar_std = math.sqrt(2.0 * step_size * max(friction * temperature - gradient_noise, 0.0))
+    scale = noise_scale(step_size, friction * temperature, gradient_noise)
+    xi = resolve_noise(position, generator, noise) if has_noise(scale) else None
     new_position, new_momentum = {}, {}
-    decay = 1.0 - friction
     for name, theta in position.items():
-        # Fused multiply-adds on a fresh tensor; the inputs are never modified.
-        v = torch.add(momentum[name] * decay, gradient[name], alpha=-step_size)
-        if xi is not None:
-            if scalar_std is not None:
-                if scalar_std > 0:
-                    v.add_(xi[name], alpha=scalar_std)
-            else:
-                beta = gradient_noise[name]
-                std = (2.0 * step_size * (friction * temperature - beta)).clamp_min(0.0).sqrt()
-                v.addcmul_(std, xi[name])
+        # v is an SGLD move that starts from (1 - alpha) v: the same fused update
+        v = preconditioned_move(
+            momentum[name] * (1.0 - friction), gradient[name], step_size,
+            entry(preconditioner, name), entry(scale, name), None if xi is None else xi[name],
+        )  # fmt: skip
         new_momentum[name] = v
         new_position[name] = theta + v
-    return SGHMCState(new_position, new_momentum)
+    return SGHMCState(new_position, new_momentum, state.noise_estimate)
 
 
 def update_gradient_noise_estimate(

@@ -2,13 +2,21 @@ r"""Stochastic gradient Langevin dynamics (Welling & Teh, 2011)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
 import torch
 
-from ._common import TensorDict, check_rule_arguments, resolve_noise
+from ._common import (
+    StepSize,
+    TensorDict,
+    check_rule_arguments,
+    entry,
+    has_noise,
+    is_scalar,
+    noise_scale,
+    resolve_noise,
+)
 
 
 class SGLDState(NamedTuple):
@@ -25,30 +33,40 @@ def sgld_init(position: Mapping[str, torch.Tensor]) -> SGLDState:
 def sgld_step(
     state: SGLDState,
     gradient: Mapping[str, torch.Tensor],
-    step_size: float,
+    step_size: StepSize,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
     *,
     noise: Mapping[str, torch.Tensor] | None = None,
+    preconditioner: Mapping[str, torch.Tensor] | None = None,
+    gradient_noise: float | Mapping[str, torch.Tensor] = 0.0,
 ) -> SGLDState:
-    r"""One SGLD step.
+    r"""One (preconditioned) SGLD step.
 
     .. math::
 
-        \theta_{t+1} = \theta_t - \epsilon_t \, \nabla \tilde U(\theta_t)
-                       + \sqrt{2 \epsilon_t T}\, \xi_t, \qquad \xi_t \sim \mathcal N(0, I),
+        \theta_{t+1} = \theta_t - \epsilon_t P \nabla \tilde U(\theta_t)
+                       + \sqrt{2 \epsilon_t P\, (T - \hat\beta)_+}\; \xi_t,
+                       \qquad \xi_t \sim \mathcal N(0, I),
 
     where :math:`\tilde U` is an unbiased minibatch estimate of the potential
     :math:`U(\theta) = -\log p(\theta) - \sum_{i=1}^N \log p(y_i \mid \theta)` (the likelihood of a
-    batch of :math:`B` points scaled by :math:`N/B`) and :math:`\epsilon_t` multiplies the
-    *full-data* gradient. (Welling & Teh write the same update with
-    :math:`\epsilon/2` in front of the gradient and noise variance :math:`\epsilon`.)
+    batch of :math:`B` points scaled by :math:`N/B`), :math:`\epsilon_t` multiplies the
+    *full-data* gradient, :math:`P` is a constant diagonal preconditioner (default :math:`I`) and
+    :math:`\hat\beta = \epsilon P \hat V / 2` an optional estimate of the variance that the
+    stochastic gradient itself adds (:math:`\hat V` its variance; default 0). (Welling & Teh write
+    the plain update with :math:`\epsilon/2` in front of the gradient and noise variance
+    :math:`\epsilon`.)
 
     **Stationary distribution.** As :math:`\epsilon_t \to 0` (e.g. a
     :class:`~pyro_sgmcmc.schedules.PolynomialDecay` schedule) the iterates sample
-    :math:`\pi_T(\theta) \propto \exp(-U(\theta)/T)`; ``T = 1`` is the posterior. With a constant
-    step size the chain is biased by :math:`O(\epsilon)`; there is no Metropolis-Hastings
-    correction.
+    :math:`\pi_T(\theta) \propto \exp(-U(\theta)/T)`; ``T = 1`` is the posterior. A *constant*
+    :math:`P` needs no correction term (:math:`\Gamma = 0`). With a constant step size the chain is
+    biased by :math:`O(\epsilon)` (for a Gaussian of curvature :math:`\kappa` in the preconditioned
+    coordinates the variance is :math:`T/(\kappa(1 - \epsilon\kappa/2))`); there is no
+    Metropolis-Hastings correction. Subtracting :math:`\hat\beta` keeps the total variance of a
+    step, injected plus gradient noise, at :math:`2\epsilon P T` (the SGHMC correction of Chen et
+    al. with unit friction).
 
     Parameters
     ----------
@@ -57,13 +75,19 @@ def sgld_step(
     gradient:
         :math:`\nabla \tilde U(\theta_t)`, one tensor per entry of ``state.position``.
     step_size:
-        :math:`\epsilon_t \ge 0`.
+        :math:`\epsilon_t \ge 0`: a float, or a tensor broadcasting against the positions (one
+        step size per chain).
     temperature:
         :math:`T \ge 0`; ``T = 0`` gives plain gradient descent.
     generator:
         Source of the Gaussian noise.
     noise:
         Standard normal draws :math:`\xi_t` to use instead of the generator (for exact tests).
+    preconditioner:
+        :math:`P`, one positive tensor per entry (``None``: the identity).
+    gradient_noise:
+        :math:`\hat\beta \ge 0`, a float or one tensor per entry; the injected variance is
+        clamped at zero.
 
     References
     ----------
@@ -72,12 +96,35 @@ def sgld_step(
     """
     check_rule_arguments(step_size=step_size, temperature=temperature)
     position = state.position
-    scale = math.sqrt(2.0 * step_size * temperature)
-    xi = resolve_noise(position, generator, noise) if scale > 0 else None
+    scale = noise_scale(step_size, temperature, gradient_noise)
+    xi = resolve_noise(position, generator, noise) if has_noise(scale) else None
     new_position = {}
     for name, theta in position.items():
-        moved = torch.add(theta, gradient[name], alpha=-step_size)
-        if xi is not None:
-            moved.add_(xi[name], alpha=scale)
-        new_position[name] = moved
+        new_position[name] = preconditioned_move(
+            theta, gradient[name], step_size, entry(preconditioner, name), entry(scale, name),
+            None if xi is None else xi[name],
+        )  # fmt: skip
     return SGLDState(new_position)
+
+
+def preconditioned_move(
+    theta: torch.Tensor,
+    gradient: torch.Tensor,
+    step_size: StepSize,
+    preconditioner: torch.Tensor | None,
+    scale: StepSize | None,
+    xi: torch.Tensor | None,
+) -> torch.Tensor:
+    r""":math:`\theta - \epsilon P g + s \sqrt{P}\, \xi` on a fresh tensor (inputs untouched)."""
+    drift = gradient if preconditioner is None else preconditioner * gradient
+    if is_scalar(step_size):
+        moved = torch.add(theta, drift, alpha=-step_size)
+    else:
+        moved = theta - step_size * drift
+    if xi is not None:
+        std = scale if preconditioner is None else scale * preconditioner.sqrt()
+        if is_scalar(std):
+            moved.add_(xi, alpha=std)
+        else:
+            moved.addcmul_(std, xi)
+    return moved

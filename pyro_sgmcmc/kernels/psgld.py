@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from .._validation import check_interval, check_positive
-from ..dynamics import PSGLDState, psgld_init, psgld_step
-from .base import StochasticGradientKernel, TensorDict
+from ..dynamics.registry import PSGLDOptions
+from .base import StochasticGradientKernel
 
 
 class PSGLD(StochasticGradientKernel):
@@ -38,29 +37,9 @@ class PSGLD(StochasticGradientKernel):
     dynamics for deep neural networks", AAAI 2016.
     """
 
-    algorithm = "pSGLD"
-    _config_attributes = ("decay", "epsilon")
+    algorithm = "psgld"
 
     def __init__(
         self, model, step_size=None, *, decay: float = 0.99, epsilon: float = 1e-5, **kwargs
     ) -> None:
-        self.decay = check_interval("decay", decay, 0.0, 1.0, high_open=True)
-        self.epsilon = check_positive("epsilon", epsilon)
-        super().__init__(model, step_size, **kwargs)
-
-    def _init_state(self, position: TensorDict) -> PSGLDState:
-        return psgld_init(position)
-
-    def _step(
-        self, state: PSGLDState, gradient: TensorDict, step_size: float, temperature: float
-    ) -> PSGLDState:
-        return psgld_step(
-            state,
-            gradient,
-            step_size,
-            temperature,
-            self._generator,
-            num_data=self.num_data,
-            decay=self.decay,
-            epsilon=self.epsilon,
-        )
+        super().__init__(model, step_size, options=PSGLDOptions(decay, epsilon), **kwargs)

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
-import torch
-
-from .._validation import check_interval, check_nonnegative, check_positive_int
-from ..dynamics import (
-    GradientNoiseEstimate,
-    SGHMCState,
-    partial_momentum_refresh,
-    sghmc_init,
-    sghmc_step,
-    update_gradient_noise_estimate,
-)
-from .base import StochasticGradientKernel, TensorDict, check_friction
+from ..dynamics.registry import SGHMCOptions
+from .base import StochasticGradientKernel
 
 
 class SGHMC(StochasticGradientKernel):
@@ -68,14 +57,7 @@ class SGHMC(StochasticGradientKernel):
     ICML 2014.
     """
 
-    algorithm = "SGHMC"
-    _config_attributes = (
-        "friction",
-        "gradient_noise",
-        "gradient_noise_decay",
-        "resample_momentum_every",
-        "momentum_persistence",
-    )
+    algorithm = "sghmc"
 
     def __init__(
         self,
@@ -89,74 +71,11 @@ class SGHMC(StochasticGradientKernel):
         momentum_persistence: float = 0.0,
         **kwargs,
     ) -> None:
-        if resample_momentum_every is not None:
-            resample_momentum_every = check_positive_int(
-                "resample_momentum_every", resample_momentum_every
-            )
-        self.resample_momentum_every = resample_momentum_every
-        self.momentum_persistence = check_interval(
-            "momentum_persistence", momentum_persistence, 0.0, 1.0, high_open=True
+        options = SGHMCOptions(
+            friction,
+            gradient_noise,
+            gradient_noise_decay,
+            resample_momentum_every,
+            momentum_persistence,
         )
-        self.friction = check_friction(friction)
-        if gradient_noise != "estimate":
-            gradient_noise = check_nonnegative("gradient_noise", gradient_noise)
-            if gradient_noise > self.friction:
-                raise ValueError(
-                    f"gradient_noise must lie in [0, friction] = [0, {self.friction}], "
-                    f"got {gradient_noise}"
-                )
-        self.gradient_noise = gradient_noise
-        self.gradient_noise_decay = check_interval(
-            "gradient_noise_decay", gradient_noise_decay, 0.0, 1.0, high_open=True
-        )
-        super().__init__(model, step_size, **kwargs)
-
-    def _reset_chain(self) -> None:
-        super()._reset_chain()
-        self._noise_estimate: GradientNoiseEstimate | None = None
-
-    def _extra_state(self) -> dict:
-        estimate = self._noise_estimate
-        return {"noise_estimate": None if estimate is None else dict(estimate._asdict())}
-
-    def _load_extra_state(self, extra) -> None:
-        estimate = extra["noise_estimate"]
-        self._noise_estimate = None if estimate is None else GradientNoiseEstimate(**estimate)
-
-    def _init_state(self, position: TensorDict) -> SGHMCState:
-        return sghmc_init(position)
-
-    def _state_with_position(self, state: SGHMCState, position: TensorDict, reset: bool):
-        momentum = (
-            {k: torch.zeros_like(v) for k, v in position.items()} if reset else state.momentum
-        )
-        return SGHMCState(position, momentum)
-
-    def _step(
-        self, state: SGHMCState, gradient: TensorDict, step_size: float, temperature: float
-    ) -> SGHMCState:
-        beta = self.gradient_noise
-        if beta == "estimate":
-            self._noise_estimate = update_gradient_noise_estimate(
-                self._noise_estimate, gradient, self.gradient_noise_decay
-            )
-            beta = {k: 0.5 * step_size * v for k, v in self._noise_estimate.variance.items()}
-        new_state = sghmc_step(
-            state,
-            gradient,
-            step_size,
-            self.friction,
-            temperature,
-            self._generator,
-            gradient_noise=beta,
-        )
-        every = self.resample_momentum_every
-        if every is not None and (self._num_steps % every == 0):
-            momentum = partial_momentum_refresh(
-                new_state.momentum,
-                self.momentum_persistence,
-                math.sqrt(step_size * temperature),
-                self._generator,
-            )
-            new_state = new_state._replace(momentum=momentum)
-        return new_state
+        super().__init__(model, step_size, options=options, **kwargs)

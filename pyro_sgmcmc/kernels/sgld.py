@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..dynamics import SGLDState, sgld_init, sgld_step
-from .base import StochasticGradientKernel, TensorDict
+from .base import StochasticGradientKernel
 
 
 class SGLD(StochasticGradientKernel):
@@ -54,8 +53,9 @@ class SGLD(StochasticGradientKernel):
     gibbs_every:
         Gradient steps between Gibbs updates; default one epoch (``N // B`` steps).
     potential:
-        ``"auto"`` uses the model's own ``log_joint`` when it has one (the fast path), else
-        Pyro's trace; ``"trace"`` or ``"log_joint"`` force one.
+        ``"auto"`` uses the model's closed-form gradient when it has one, else its own
+        ``log_joint`` (the fast path), else Pyro's trace; ``"closed_form"``, ``"log_joint"`` or
+        ``"trace"`` force one.
     max_consecutive_divergences:
         Non-finite steps in a row after which :class:`~pyro_sgmcmc.SamplerDivergedError` is
         raised. A single non-finite step is a divergence: the last finite position is kept
@@ -66,6 +66,19 @@ class SGLD(StochasticGradientKernel):
     batch_sampling:
         ``"epoch"`` (default): each epoch is a fresh permutation cut into batches, so every row is
         used once an epoch; ``"independent"``: every batch is drawn afresh (white gradient noise).
+    control_variate:
+        Replace the minibatch gradient by the control-variate estimator of SGLD-CV / SGHMC-CV
+        (Baker et al. 2019; :class:`~pyro_sgmcmc.engine.estimators.ControlVariateGradient`), for
+        tall data: ``True`` finds the centre (a mode of the full-data potential) by L-BFGS from
+        chain 0's start at set-up; a mapping gives the centre's constrained value per sampled
+        site; ``False`` (default) keeps the plain minibatch gradient.
+    centre_iterations:
+        Maximum L-BFGS iterations for the centre, ``>= 1``.
+    chunk_size:
+        Rows per call in full-data passes (the centre's gradient), ``>= 1``.
+    compile:
+        Compile the potential with ``torch.compile`` (its first evaluation, at set-up,
+        compiles it).
     keep_draws:
         Keep a reference to every kept draw (default ``True``) so that a
         :class:`~pyro_sgmcmc.SamplerDivergedError` can hand back what was collected before it.
@@ -95,12 +108,7 @@ class SGLD(StochasticGradientKernel):
     True
     """
 
-    algorithm = "SGLD"
+    algorithm = "sgld"
 
-    def _init_state(self, position: TensorDict) -> SGLDState:
-        return sgld_init(position)
-
-    def _step(
-        self, state: SGLDState, gradient: TensorDict, step_size: float, temperature: float
-    ) -> SGLDState:
-        return sgld_step(state, gradient, step_size, temperature, self._generator)
+    def __init__(self, model, step_size=None, **kwargs) -> None:
+        super().__init__(model, step_size, **kwargs)

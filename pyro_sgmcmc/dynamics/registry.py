@@ -1,0 +1,343 @@
+r"""The update rules by name: options, initial state, one step, and the reset after a divergence.
+
+Every sampler of the package (the ``pyro.infer.MCMC`` kernels and the many-chain runner) advances
+its chains through :data:`ALGORITHMS`: an :class:`Algorithm` bundles
+
+* ``options``: a frozen dataclass of the rule's hyper-parameters, validated when it is built
+  (the messages name the argument and its allowed range);
+* ``init(position, options)``: the state at a position, holding everything the rule carries from
+  step to step (momenta, the running gradient-noise estimate, RMSprop statistics);
+* ``step(state, gradient, inputs, options)``: one update, calling the pure rule of
+  :mod:`pyro_sgmcmc.dynamics` -- the only call site of each rule;
+* ``reset(state, chains)``: the state after a divergence of the chains in the boolean mask
+  ``chains`` (momenta restart at zero; other statistics are kept).
+
+The states hold dictionaries of tensors; the samplers pass a single entry whose tensor has a
+leading chain axis, so every operation here is element-wise or per chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import torch
+
+from .._validation import check_interval, check_nonnegative, check_positive, check_positive_int
+from ._common import StepSize, TensorDict, entry, sqrt
+from .psgld import PSGLDState, psgld_init, psgld_step
+from .sgd import SGDState, partial_momentum_refresh, sgd_init, sgd_step
+from .sghmc import (
+    GradientNoiseEstimate,
+    SGHMCState,
+    sghmc_init,
+    sghmc_step,
+    update_gradient_noise_estimate,
+)
+from .sgld import SGLDState, sgld_init, sgld_step
+
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "ConstantSGDOptions",
+    "PSGLDOptions",
+    "SGHMCOptions",
+    "SGLDOptions",
+    "StepInputs",
+    "dump_state",
+    "get_algorithm",
+    "load_state",
+]
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What a sampler hands to :attr:`Algorithm.step` besides the state and the gradient.
+
+    Attributes
+    ----------
+    step_size:
+        The step size multiplying the full-data gradient: a float or a ``(C, 1)`` tensor.
+    temperature:
+        :math:`T \\ge 0` of this step (0 in an exploration phase).
+    draw_noise:
+        Returns fresh standard normal draws shaped like the position (each chain from its own
+        generator); called only by rules that inject noise.
+    num_data:
+        :math:`N`, the size of the data plate.
+    step:
+        The 1-based index of this step.
+    preconditioner:
+        A constant diagonal :math:`P` shaped like the position, or ``None`` (the identity).
+    gradient_variance:
+        :math:`\\hat V`, a frozen estimate of the minibatch gradient's variance shaped like the
+        position, used to subtract the gradient noise from the injected noise; or ``None``.
+    adapting:
+        Whether statistics that set the preconditioner may still change (pSGLD's running
+        average): ``False`` freezes them.
+    """
+
+    step_size: StepSize
+    temperature: float
+    draw_noise: Callable[[], TensorDict]
+    num_data: int
+    step: int
+    preconditioner: TensorDict | None = None
+    gradient_variance: TensorDict | None = None
+    adapting: bool = True
+
+    def gradient_noise(self, variance: TensorDict | None = None) -> float | TensorDict:
+        r""":math:`\hat\beta = \epsilon P \hat V / 2` per entry, for ``variance`` :math:`\hat V`
+        (default :attr:`gradient_variance`; 0 without an estimate)."""
+        variance = self.gradient_variance if variance is None else variance
+        if variance is None:
+            return 0.0
+        return {
+            name: 0.5 * self.step_size * value * self.preconditioner_of(name)
+            for name, value in variance.items()
+        }
+
+    def preconditioner_of(self, name: str) -> torch.Tensor | float:
+        """The preconditioner of entry ``name`` (1 for the identity)."""
+        value = entry(self.preconditioner, name)
+        return 1.0 if value is None else value
+
+
+# ---------------------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class SGLDOptions:
+    """SGLD has no hyper-parameters besides the step size and temperature."""
+
+
+@dataclass(frozen=True)
+class SGHMCOptions:
+    """SGHMC's friction, gradient-noise handling and optional momentum refreshes.
+
+    See :class:`pyro_sgmcmc.SGHMC` for their meaning and ranges.
+    """
+
+    friction: float = 0.05
+    gradient_noise: float | Literal["estimate"] = 0.0
+    gradient_noise_decay: float = 0.99
+    resample_momentum_every: int | None = None
+    momentum_persistence: float = 0.0
+
+    def __post_init__(self) -> None:
+        friction = check_interval("friction", self.friction, 0, 1, low_open=True)
+        object.__setattr__(self, "friction", friction)
+        if self.gradient_noise != "estimate":
+            noise = check_nonnegative("gradient_noise", self.gradient_noise)
+            if noise > friction:
+                raise ValueError(
+                    f"gradient_noise must lie in [0, friction] = [0, {friction}], got {noise}"
+                )
+            object.__setattr__(self, "gradient_noise", noise)
+        decay = check_interval(
+            "gradient_noise_decay", self.gradient_noise_decay, 0.0, 1.0, high_open=True
+        )
+        object.__setattr__(self, "gradient_noise_decay", decay)
+        if self.resample_momentum_every is not None:
+            every = check_positive_int("resample_momentum_every", self.resample_momentum_every)
+            object.__setattr__(self, "resample_momentum_every", every)
+        persistence = check_interval(
+            "momentum_persistence", self.momentum_persistence, 0.0, 1.0, high_open=True
+        )
+        object.__setattr__(self, "momentum_persistence", persistence)
+
+
+@dataclass(frozen=True)
+class PSGLDOptions:
+    """pSGLD's RMSprop decay and diagonal bias (see :class:`pyro_sgmcmc.PSGLD`)."""
+
+    decay: float = 0.99
+    epsilon: float = 1e-5
+
+    def __post_init__(self) -> None:
+        decay = check_interval("decay", self.decay, 0.0, 1.0, high_open=True)
+        object.__setattr__(self, "decay", decay)
+        object.__setattr__(self, "epsilon", check_positive("epsilon", self.epsilon))
+
+
+@dataclass(frozen=True)
+class ConstantSGDOptions:
+    """Constant SGD's optimal-rate settings (see :class:`pyro_sgmcmc.ConstantSGD`)."""
+
+    optimal_rate: bool = True
+    preconditioner: Literal["scalar", "diagonal"] = "scalar"
+    rate_multiplier: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.optimal_rate, bool):
+            raise TypeError(f"optimal_rate must be True or False, got {self.optimal_rate!r}")
+        if self.preconditioner not in ("scalar", "diagonal"):
+            raise ValueError(
+                f"preconditioner must be 'scalar' or 'diagonal', got {self.preconditioner!r}"
+            )
+        multiplier = check_positive("rate_multiplier", self.rate_multiplier)
+        object.__setattr__(self, "rate_multiplier", multiplier)
+
+
+# ---------------------------------------------------------------------------------------- rules
+def _sgld_step(state: SGLDState, gradient: TensorDict, inputs: StepInputs, _: SGLDOptions):
+    noise = inputs.draw_noise() if inputs.temperature > 0 else None
+    return sgld_step(
+        state,
+        gradient,
+        inputs.step_size,
+        inputs.temperature,
+        noise=noise,
+        preconditioner=inputs.preconditioner,
+        gradient_noise=inputs.gradient_noise(),
+    )
+
+
+def _sghmc_step(
+    state: SGHMCState, gradient: TensorDict, inputs: StepInputs, options: SGHMCOptions
+) -> SGHMCState:
+    beta: float | TensorDict = options.gradient_noise
+    estimate = state.noise_estimate
+    if beta == "estimate":
+        estimate = update_gradient_noise_estimate(estimate, gradient, options.gradient_noise_decay)
+        beta = inputs.gradient_noise(estimate.variance)
+    elif inputs.gradient_variance is not None:
+        beta = inputs.gradient_noise()
+    noise = inputs.draw_noise() if inputs.temperature > 0 else None
+    new = sghmc_step(
+        state,
+        gradient,
+        inputs.step_size,
+        options.friction,
+        inputs.temperature,
+        gradient_noise=beta,
+        noise=noise,
+        preconditioner=inputs.preconditioner,
+    )._replace(noise_estimate=estimate)
+    every = options.resample_momentum_every
+    if every is not None and inputs.step % every == 0:
+        momentum = partial_momentum_refresh(
+            new.momentum,
+            options.momentum_persistence,
+            _momentum_scale(inputs, new.momentum),
+            noise=inputs.draw_noise(),
+        )
+        new = new._replace(momentum=momentum)
+    return new
+
+
+def _momentum_scale(inputs: StepInputs, momentum: TensorDict) -> dict[str, Any]:
+    r"""The stationary standard deviation :math:`\sqrt{\eta T P}` of SGHMC's velocity."""
+    return {
+        name: sqrt(inputs.step_size * inputs.temperature * inputs.preconditioner_of(name))
+        for name in momentum
+    }
+
+
+def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, options):
+    noise = inputs.draw_noise() if inputs.temperature > 0 else None
+    return psgld_step(
+        state,
+        gradient,
+        inputs.step_size,
+        inputs.temperature,
+        num_data=inputs.num_data,
+        decay=options.decay,
+        epsilon=options.epsilon,
+        noise=noise,
+        adapt=inputs.adapting or state.square_average is None,
+    )
+
+
+def _sgd_step(state: SGDState, gradient: TensorDict, inputs: StepInputs, _: Any) -> SGDState:
+    # constant SGD's per-coordinate rates arrive as the preconditioner
+    if inputs.preconditioner is None:
+        return sgd_step(state, gradient, inputs.step_size)
+    rates = {name: inputs.step_size * p for name, p in inputs.preconditioner.items()}
+    return sgd_step(state, gradient, rates)
+
+
+def _sghmc_init(position: Mapping[str, torch.Tensor], _: SGHMCOptions) -> SGHMCState:
+    return sghmc_init(position)
+
+
+def _reset_momentum(state: SGHMCState, chains: torch.Tensor) -> SGHMCState:
+    momentum = {
+        name: v.masked_fill(chains.reshape(-1, *([1] * (v.dim() - 1))), 0.0)
+        for name, v in state.momentum.items()
+    }
+    return state._replace(momentum=momentum)
+
+
+def _unchanged(state: Any, _: torch.Tensor) -> Any:
+    return state
+
+
+# ---------------------------------------------------------------------------------------- registry
+class Algorithm(NamedTuple):
+    """One update rule as the samplers see it (see the module docstring)."""
+
+    name: str
+    label: str
+    options: type
+    init: Callable[[Mapping[str, torch.Tensor], Any], Any]
+    step: Callable[[Any, TensorDict, StepInputs, Any], Any]
+    reset: Callable[[Any, torch.Tensor], Any]
+    uses_temperature: bool = True
+    preconditioned: bool = True
+
+
+#: The update rules, by name.
+ALGORITHMS: dict[str, Algorithm] = {
+    "sgld": Algorithm(
+        "sgld", "SGLD", SGLDOptions, lambda p, _: sgld_init(p), _sgld_step, _unchanged
+    ),
+    "sghmc": Algorithm("sghmc", "SGHMC", SGHMCOptions, _sghmc_init, _sghmc_step, _reset_momentum),
+    "psgld": Algorithm(
+        "psgld",
+        "pSGLD",
+        PSGLDOptions,
+        lambda p, _: psgld_init(p),
+        _psgld_step,
+        _unchanged,
+        preconditioned=False,
+    ),
+    "constant_sgd": Algorithm(
+        "constant_sgd",
+        "constant SGD",
+        ConstantSGDOptions,
+        lambda p, _: sgd_init(p),
+        _sgd_step,
+        _unchanged,
+        uses_temperature=False,
+    ),
+}
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """The :class:`Algorithm` called ``name``; the error lists the known names."""
+    if name not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {name!r}")
+    return ALGORITHMS[name]
+
+
+#: Named-tuple fields of the states that hold named tuples themselves.
+_NESTED_STATES: dict[str, type] = {"noise_estimate": GradientNoiseEstimate}
+
+
+def dump_state(state: Any) -> dict[str, Any]:
+    """A state as plain dictionaries (what ``torch.load(..., weights_only=True)`` reads back)."""
+    return {
+        name: value._asdict() if isinstance(value, tuple) and hasattr(value, "_fields") else value
+        for name, value in state._asdict().items()
+    }
+
+
+def load_state(template: Any, saved: Mapping[str, Any]) -> Any:
+    """The state of ``template``'s type with the fields of :func:`dump_state`'s output."""
+    fields = {
+        name: _NESTED_STATES[name](**value)
+        if name in _NESTED_STATES and isinstance(value, Mapping)
+        else value
+        for name, value in saved.items()
+    }
+    return type(template)(**fields)

@@ -1,0 +1,42 @@
+r"""The one chain engine behind every SG-MCMC sampler of the package.
+
+=========================  ===================================================================
+module                     job
+=========================  ===================================================================
+:mod:`.engine`             :class:`ChainEngine`: advance :math:`C \ge 1` chains one step at a time
+:mod:`.build`              :func:`prepare_chains`: model, data, seeds, starts -> a started engine
+:mod:`.settings`           :class:`SamplerSettings`: the validated options every driver shares
+:mod:`.controls`           step size, phase and preconditioner per step (schedules, constant SGD)
+:mod:`.adaptation`         the tuning-free warm-up
+:mod:`.estimators`         gradient estimators: minibatch, control variates
+:mod:`.minibatch`          per-chain minibatch streams (epoch-wise or independent)
+:mod:`.divergence`         divergence detection (non-finite values, blow-ups) and bookkeeping
+:mod:`.gibbs_blocks`       exact conditional updates of some sites, chain by chain
+:mod:`.layout`             the flat ``(C, D)`` layout of the moving sites
+:mod:`.seeds`              the per-chain seed derivation
+=========================  ===================================================================
+
+The ``pyro.infer.MCMC`` kernels (:mod:`pyro_sgmcmc.kernels`) adapt it with :math:`C = 1`;
+:func:`pyro_sgmcmc.run_chains` drives it with :math:`C` chains stacked.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["ChainEngine", "PreparedChains", "SamplerSettings", "prepare_chains"]
+
+_WHERE = {
+    "ChainEngine": ".engine",
+    "PreparedChains": ".build",
+    "prepare_chains": ".build",
+    "SamplerSettings": ".settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # loaded on first use: potentials.py imports .layout, and .build imports potentials.py
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

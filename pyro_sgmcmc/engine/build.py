@@ -1,0 +1,388 @@
+"""Build a :class:`~pyro_sgmcmc.engine.ChainEngine` for a model, its data and a set of chains.
+
+:func:`prepare_chains` is the one place where a sampler meets the model: it inspects the data
+plate, finds the Gibbs blocks, draws each chain's seed and starting point, chooses the potential
+and gradient estimator, the minibatch sampler and the step-size control, and starts the engine.
+The ``pyro.infer.MCMC`` kernels call it once per chain (``C = 1``), :func:`~pyro_sgmcmc.run_chains`
+once for all chains; chain ``c`` gets the same seed, start, minibatches and noise either way.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from pyro.infer.mcmc.util import initialize_model
+from torch.distributions import biject_to
+from torch.distributions.transforms import Transform
+
+from ..conjugate import find_normal_gamma_updates
+from ..dynamics.registry import Algorithm
+from ..errors import ModelContractError
+from ..gibbs import GibbsUpdate
+from ..model_structure import ModelStructure, check_finite_data, inspect_model, resolve_batch_size
+from ..potentials import Potential, make_potential
+from .controls import MandtRateControl, ScheduleControl, StepControl
+from .divergence import BlowUpDetector, DivergenceMonitor
+from .engine import ChainEngine
+from .estimators import ControlVariateGradient, MinibatchGradient, find_centre
+from .gibbs_blocks import GibbsBlocks, supports_temperature
+from .layout import FlatLayout
+from .minibatch import Minibatcher
+from .seeds import chain_generators, chain_seeds
+from .settings import SamplerSettings, settings_signature
+
+__all__ = ["PreparedChains", "prepare_chains", "resolve_gibbs_updates"]
+
+TensorDict = dict[str, torch.Tensor]
+
+
+@dataclass
+class PreparedChains:
+    """A started engine and what the drivers need to report its draws.
+
+    Attributes
+    ----------
+    engine:
+        The engine, started at the chains' initial values.
+    structure:
+        The model's latent and observed sites and the data plate.
+    transforms:
+        Constrained-to-unconstrained transforms of the latent sites.
+    potential:
+        The potential (maps unconstrained draws to constrained ones).
+    initial:
+        The chains' unconstrained starting values, ``(C, ...)`` per latent site.
+    seeds:
+        The seed of each chain's generator.
+    """
+
+    engine: ChainEngine
+    structure: ModelStructure
+    transforms: dict[str, Transform]
+    potential: Potential
+    initial: TensorDict
+    seeds: list[int]
+
+    @property
+    def latent_sites(self) -> tuple[str, ...]:
+        return self.structure.latent_sites
+
+    def draw(self) -> TensorDict:
+        """The engine's current position: unconstrained ``(C, ...)`` values of every latent site,
+        in the model's order (safe to keep: the engine never modifies a state in place)."""
+        values = self.engine.current_values()
+        return {name: values[name] for name in self.structure.latent_sites}
+
+    def signature(self, kernel: Any) -> dict[str, Any]:
+        """What a checkpoint must share with the run that continues it: the kernel class, its
+        settings and options (seed included), and the model as the chains see it (latent sites'
+        unconstrained shapes and dtypes, observed sites, data size)."""
+        return {
+            "kernel": type(kernel).__qualname__,
+            "config": settings_signature(kernel.settings, kernel.options),
+            "latent_sites": {
+                name: [list(value.shape[1:]), str(value.dtype)]
+                for name, value in self.initial.items()
+            },
+            "observed_sites": list(self.structure.observed_sites),
+            "num_data": self.structure.num_data,
+        }
+
+    def constrain(self, values: Mapping[str, torch.Tensor]) -> TensorDict:
+        """Constrained values of unconstrained ones (any number of leading dimensions)."""
+        out = {}
+        for name, value in values.items():
+            transform = self.potential.non_identity.get(name)
+            out[name] = value if transform is None else transform.inv(value)
+        return out
+
+
+def prepare_chains(
+    settings: SamplerSettings,
+    algorithm: Algorithm,
+    options: Any,
+    model: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    *,
+    chains: Sequence[int],
+    warmup_draws: int,
+    initial_params: Mapping[str, torch.Tensor] | None = None,
+) -> PreparedChains:
+    """Build and start the engine of the chains with indices ``chains``.
+
+    Parameters
+    ----------
+    settings, algorithm, options:
+        The sampler's settings and update rule.
+    model, args, kwargs:
+        The Pyro model and its full-data arguments.
+    chains:
+        The chains' indices (their seeds derive from ``settings.seed`` and these).
+    warmup_draws:
+        Draws of warm-up before the kept draws.
+    initial_params:
+        Unconstrained starting values, ``(C, ...)`` per site, for some or all latent sites;
+        the others come from ``settings.init_strategy`` run under each chain's seed.
+    """
+    check_finite_data(args, kwargs)
+    seeds = chain_seeds(settings.seed, chains)
+    generators = chain_generators(seeds)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seeds[0])
+        structure = _inspect(model, args, kwargs, settings.subsample_plate)
+    updates = resolve_gibbs_updates(settings.gibbs_updates, model, args, kwargs, structure)
+    initial, transforms = initial_values(
+        model, args, kwargs, settings, seeds, initial_params, structure
+    )
+    gibbs_sites = {site for update in updates for site in update.sites}
+    dynamic = [name for name in structure.latent_sites if name not in gibbs_sites]
+    layout = FlatLayout({name: initial[name].shape[1:] for name in dynamic})
+    fixed = {name: initial[name] for name in structure.latent_sites if name in gibbs_sites}
+    potential = make_potential(
+        settings.potential, model, args, kwargs, transforms, layout, structure.num_data,
+        settings.subsample_plate, initial,
+    )  # fmt: skip
+    if settings.compile:
+        potential.compile()
+    batch_size = resolve_batch_size(settings.batch_size, structure.num_data, structure.plate_name)
+    batches = Minibatcher(structure.num_data, batch_size, generators, settings.batch_sampling)
+    flat = layout.flatten(initial)
+    first = _first_chain_start(model, args, kwargs, settings, seeds, chains, structure, initial)
+    estimator = _estimator(settings, potential, layout, first, transforms, len(seeds))
+    engine = ChainEngine(
+        algorithm=algorithm,
+        options=options,
+        layout=layout,
+        estimator=estimator,
+        batches=batches,
+        generators=generators,
+        control=make_control(settings, algorithm, options, batches, warmup_draws),
+        gibbs=_gibbs_blocks(settings, updates, potential, generators, args, kwargs, batches),
+        monitor=DivergenceMonitor(
+            len(seeds),
+            settings.max_consecutive_divergences,
+            algorithm.label,
+            BlowUpDetector(len(seeds)),
+            [int(c) for c in chains],
+        ),
+        num_data=structure.num_data,
+        temperature=settings.temperature if algorithm.uses_temperature else 1.0,
+        num_steps_per_sample=settings.num_steps_per_sample,
+        warmup_draws=warmup_draws,
+    )
+    engine.start(flat, fixed)
+    return PreparedChains(engine, structure, transforms, potential, initial, seeds)
+
+
+def _inspect(model, args, kwargs, plate_name: str) -> ModelStructure:
+    try:
+        return inspect_model(model, args, kwargs, plate_name)
+    except ModelContractError:
+        raise
+    except (IndexError, RuntimeError, TypeError) as error:
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        raise ModelContractError(
+            f"the model fails on the data given to run(...) ({type(error).__name__}: "
+            f"{first_line}). Check that the data match the model: plate sizes, numbers of rows "
+            "and features, dtypes."
+        ) from error
+
+
+def resolve_gibbs_updates(
+    spec: Sequence[GibbsUpdate] | str | None,
+    model: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    structure: ModelStructure,
+) -> list[GibbsUpdate]:
+    """The Gibbs blocks: given, declared by the model (``model.gibbs_updates()``), or found in its
+    trace (``"auto"``); ``None`` for none. Their sites must be latent, and some latent site must
+    be left for the SG dynamics."""
+    if spec is None:
+        updates: list[GibbsUpdate] = []
+    elif spec == "auto":
+        factory = getattr(model, "gibbs_updates", None)
+        updates = list(factory() if callable(factory) else find_normal_gamma_updates(
+            model, *args, **kwargs
+        ))  # fmt: skip
+    else:
+        updates = list(spec)
+    sites = {site for update in updates for site in update.sites}
+    unknown = sites - set(structure.latent_sites)
+    if unknown:
+        raise ValueError(f"gibbs_updates name sites that are not latent: {sorted(unknown)}")
+    if updates and sites >= set(structure.latent_sites):
+        raise ValueError("every latent site is Gibbs-updated: nothing is left for SG-MCMC")
+    return updates
+
+
+def initial_values(
+    model: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    settings: SamplerSettings,
+    seeds: Sequence[int],
+    given: Mapping[str, torch.Tensor] | None,
+    structure: ModelStructure,
+) -> tuple[TensorDict, dict[str, Transform]]:
+    """Unconstrained ``(C, ...)`` starts: ``given`` where given, else the init strategy run under
+    each chain's seed (over-dispersed starts, which R-hat needs); and the transforms."""
+    starts: list[TensorDict] = []
+    transforms = default_transforms(structure)
+    transforms.update(settings.transforms or {})
+    for seed in seeds:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            initial, _, _, _ = initialize_model(
+                model,
+                model_args=args,
+                model_kwargs=kwargs,
+                transforms=transforms,
+                init_strategy=settings.init_strategy,
+            )
+        starts.append({k: v.detach() for k, v in initial.items()})
+    stacked = {name: torch.stack([s[name] for s in starts]) for name in structure.latent_sites}
+    for name, value in (given or {}).items():
+        stacked[name] = _given_start(name, value, stacked, structure)
+    return stacked, dict(transforms)
+
+
+def default_transforms(structure: ModelStructure) -> dict[str, Transform]:
+    """Pyro's constrained-to-unconstrained transform of each latent site,
+    ``biject_to(support).inv``."""
+    return {
+        name: biject_to(structure.trace.nodes[name]["fn"].support).inv
+        for name in structure.latent_sites
+    }
+
+
+def _given_start(
+    name: str, value: torch.Tensor, stacked: TensorDict, structure: ModelStructure
+) -> torch.Tensor:
+    if name not in stacked:
+        raise ValueError(
+            f"initial_params has site {name!r}, which is not latent; latent sites: "
+            f"{sorted(stacked)}"
+        )
+    expected = stacked[name].shape
+    value = torch.as_tensor(value, dtype=stacked[name].dtype)
+    if value.shape == expected[1:]:
+        value = value.expand(expected)
+    if value.shape != expected:
+        site = structure.trace.nodes[name]
+        unconstrained = biject_to(site["fn"].support).inv(site["value"]).shape
+        raise ValueError(
+            f"initial_params[{name!r}] must have the site's unconstrained shape "
+            f"{tuple(unconstrained)} (or {tuple(expected)} with a leading chain axis), got "
+            f"{tuple(value.shape)}"
+        )
+    if not bool(torch.isfinite(value).all()):
+        raise ValueError(f"initial_params[{name!r}] contains NaN or infinite values")
+    return value.clone()
+
+
+def _first_chain_start(model, args, kwargs, settings, seeds, chains, structure, initial):
+    """Chain 0's starting values, ``(1, ...)`` per site: where the control-variate centre search
+    starts, whichever chains this engine runs (so the centre does not depend on the driver)."""
+    chains = list(chains)
+    if settings.control_variate is not True or 0 in chains:
+        index = chains.index(0) if 0 in chains else 0
+        return {name: value[index : index + 1] for name, value in initial.items()}
+    first = chain_seeds(settings.seed, [0]) if settings.seed is not None else seeds[:1]
+    start, _ = initial_values(model, args, kwargs, settings, first, None, structure)
+    return start
+
+
+def _estimator(settings, potential, layout, start, transforms, num_chains):
+    """The gradient estimator; ``start`` holds chain 0's ``(1, ...)`` starting values."""
+    if settings.control_variate is False:
+        return MinibatchGradient(potential)
+    if settings.control_variate is True:
+        fixed = {name: value for name, value in start.items() if name not in layout.names}
+        centre = find_centre(
+            potential,
+            layout.flatten(start)[0],
+            fixed,
+            settings.chunk_size,
+            settings.centre_iterations,
+        )
+    else:
+        centre = _given_centre(settings.control_variate, layout, transforms, start)
+    return ControlVariateGradient(potential, centre, num_chains, settings.chunk_size)
+
+
+def _given_centre(
+    values: Mapping[str, Any],
+    layout: FlatLayout,
+    transforms: Mapping[str, Transform],
+    like: Mapping[str, torch.Tensor],
+) -> torch.Tensor:
+    dtype = next(iter(like.values())).dtype
+    missing = set(layout.names) - set(values)
+    extra = set(values) - set(layout.names)
+    if missing or extra:
+        raise ValueError(
+            f"control_variate must give a centre value for exactly the sampled sites "
+            f"{list(layout.names)}; missing {sorted(missing)}, unknown {sorted(extra)}"
+        )
+    parts = []
+    for name, shape in layout.shapes.items():
+        value = torch.as_tensor(values[name], dtype=dtype)
+        if value.shape != shape:
+            raise ValueError(
+                f"control_variate[{name!r}] must have the site's shape {tuple(shape)}, got "
+                f"{tuple(value.shape)}"
+            )
+        parts.append(transforms[name](value).reshape(-1))
+    return torch.cat(parts).detach()
+
+
+def _gibbs_blocks(settings, updates, potential, generators, args, kwargs, batches):
+    if not updates:
+        return None
+    if settings.temperature != 1.0 and not all(supports_temperature(u) for u in updates):
+        warnings.warn(
+            f"temperature={settings.temperature} with Gibbs updates that do not support "
+            "temperature: those blocks draw from their untempered (T = 1) conditionals",
+            stacklevel=4,
+        )
+    period = settings.gibbs_every or max(batches.batches_per_epoch, 1)
+    return GibbsBlocks(updates, potential, generators, args, kwargs, settings.temperature, period)
+
+
+def make_control(
+    settings: SamplerSettings,
+    algorithm: Algorithm,
+    options: Any,
+    batches: Minibatcher,
+    warmup: int,
+) -> StepControl:
+    """The step-size control: the user's schedule, constant SGD's optimal rate, or (no step
+    size given) the adaptive warm-up."""
+    num_data = batches.num_data
+    if settings.adaptive:
+        raise ValueError(
+            "give exactly one of step_size (multiplies the gradient of the full-data potential) "
+            "or learning_rate (per datum: step_size = learning_rate / N)"
+        )
+    scale = 1.0 / num_data if settings.per_datum else 1.0
+    if algorithm.name == "constant_sgd" and options.optimal_rate:
+        if warmup < 2:
+            raise ValueError(
+                "ConstantSGD(optimal_rate=True) estimates the gradient noise during warm-up: "
+                f"warmup_steps must be >= 2, got {warmup}"
+            )
+        if batches.full_batch:
+            raise ValueError(
+                "ConstantSGD(optimal_rate=True) needs minibatches: batch_size must be < N"
+            )
+        return MandtRateControl(
+            settings.schedule, scale, warmup,
+            diagonal=options.preconditioner == "diagonal", multiplier=options.rate_multiplier,
+        )  # fmt: skip
+    return ScheduleControl(settings.schedule, scale)

@@ -1,0 +1,179 @@
+r"""Step-size controls: what step size, preconditioner and phase each gradient step uses.
+
+A control answers, for step :math:`t`, the step size (shared or one per chain), whether the step
+belongs to a sampling phase (a cyclical schedule explores at temperature 0 between them), the
+constant diagonal preconditioner :math:`P` and the frozen gradient-noise estimate :math:`\hat V`
+(both ``None`` unless adapted). It may watch the warm-up (:meth:`StepControl.observe`) and
+freezes what it learnt at :meth:`StepControl.end_warmup`. Everything it learns is in its
+``state_dict``, so a checkpointed run resumes bit for bit.
+
+* :class:`ScheduleControl`: a user-given ``step_size`` or ``learning_rate`` (a float, a
+  schedule or a callable of :math:`t`).
+* :class:`MandtRateControl`: constant SGD's optimal rate (Mandt et al. 2017), estimated during
+  the second half of warm-up from the gradient noise of two independent minibatches.
+* :class:`~pyro_sgmcmc.engine.adaptation.AdaptiveControl`: the tuning-free warm-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ..dynamics.sgd import optimal_constant_rates
+from ..schedules import StepSchedule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import ChainEngine
+
+__all__ = ["MandtRateControl", "ScheduleControl", "StepControl"]
+
+
+class StepControl:
+    """Base class: a schedule-free control that adapts nothing (see the module docstring)."""
+
+    preconditioner: dict[str, torch.Tensor] | None = None
+    gradient_variance: dict[str, torch.Tensor] | None = None
+
+    @property
+    def adapting(self) -> bool:
+        """Whether statistics that set the preconditioner may still change."""
+        return True
+
+    def step_size(self, t: int) -> float | torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def is_sampling(self, t: int) -> bool:
+        return True
+
+    def observe(self, engine: ChainEngine) -> None:
+        """Called after every warm-up step (the engine's state is the new, accepted one)."""
+
+    def on_divergence(self, engine: ChainEngine, chains: torch.Tensor) -> None:
+        """Called when the chains in the ``(C,)`` mask diverged at the last step."""
+
+    def end_warmup(self, engine: ChainEngine) -> None:
+        """Called once, before the first step of the first kept draw."""
+
+    def reported_step_size(self, t: int, num_chains: int) -> np.ndarray:
+        """The step size of each chain at step ``t``, for the per-draw statistics."""
+        value = self.step_size(t)
+        if isinstance(value, torch.Tensor):
+            return value.detach().reshape(-1).double().cpu().numpy()
+        return np.full(num_chains, float(value))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+
+class ScheduleControl(StepControl):
+    r"""A user-given step size: :math:`\epsilon_t = s(t)`, or :math:`s(t)/N` for a per-datum
+    ``learning_rate``.
+
+    Parameters
+    ----------
+    schedule:
+        The schedule of :mod:`pyro_sgmcmc.schedules` (or a checked callable).
+    scale:
+        :math:`1` for a step size, :math:`1/N` for a learning rate.
+    """
+
+    def __init__(self, schedule: StepSchedule, scale: float = 1.0) -> None:
+        self.schedule = schedule
+        self.scale = scale
+        self._is_sampling = getattr(schedule, "is_sampling", None)
+
+    def step_size(self, t: int) -> float:
+        return float(self.schedule(t)) * self.scale
+
+    def is_sampling(self, t: int) -> bool:
+        return True if self._is_sampling is None else bool(self._is_sampling(t))
+
+
+class MandtRateControl(ScheduleControl):
+    r"""Constant SGD's rate: the warm-up rate, then Mandt et al.'s optimum times a multiplier.
+
+    Over the second half of the warm-up draws every step also evaluates the gradient on a second,
+    independent minibatch at the same position and accumulates the squared difference of the two
+    (:func:`~pyro_sgmcmc.dynamics.optimal_constant_rates` turns its mean into the rate). From
+    the first kept draw on the rate is fixed: one scalar :math:`\eta^*` per chain, or with
+    ``diagonal`` one rate per coordinate (passed as a preconditioner with unit step).
+    """
+
+    def __init__(
+        self,
+        schedule: StepSchedule,
+        scale: float,
+        warmup_draws: int,
+        *,
+        diagonal: bool,
+        multiplier: float,
+    ) -> None:
+        super().__init__(schedule, scale)
+        self.warmup_draws = warmup_draws
+        self.diagonal = diagonal
+        self.multiplier = multiplier
+        self.square_difference: torch.Tensor | None = None
+        self.count = 0
+        self.rates: torch.Tensor | None = None
+
+    @property
+    def frozen(self) -> bool:
+        return self.rates is not None
+
+    def step_size(self, t: int) -> float | torch.Tensor:
+        if self.rates is None:
+            return super().step_size(t)
+        return 1.0 if self.diagonal else self.rates
+
+    def reported_step_size(self, t: int, num_chains: int) -> np.ndarray:
+        if self.rates is not None and self.diagonal:
+            return np.full(num_chains, np.nan)
+        return super().reported_step_size(t, num_chains)
+
+    def observe(self, engine: ChainEngine) -> None:
+        if engine.draws_done < self.warmup_draws // 2:
+            return
+        other = engine.probe_gradient()
+        difference = (engine.grad - other).square_()
+        if self.square_difference is None:
+            self.square_difference = difference
+        else:
+            self.square_difference += difference
+        self.count += 1
+
+    def end_warmup(self, engine: ChainEngine) -> None:
+        if self.square_difference is None or not bool((self.square_difference.sum(1) > 0).all()):
+            raise ValueError(
+                "ConstantSGD(optimal_rate=True) measured no minibatch gradient noise during "
+                "warm-up (all minibatches gave the same gradient), so the optimal rate is "
+                "undefined: pass optimal_rate=False or a smaller batch_size"
+            )
+        mean = {"z": self.square_difference / self.count}
+        rates = optimal_constant_rates(mean, engine.num_data, diagonal=self.diagonal, batch_ndim=1)
+        if self.diagonal:
+            self.rates = self.multiplier * rates["z"]
+            self.preconditioner = {"z": self.rates}
+        else:
+            self.rates = self.multiplier * rates
+
+    def state_dict(self) -> dict[str, Any]:
+        square = self.square_difference
+        return {
+            "square_difference": None if square is None else square.clone(),
+            "count": self.count,
+            "rates": self.rates,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        square = state["square_difference"]
+        self.square_difference = None if square is None else square.clone()
+        self.count = state["count"]
+        self.rates = state["rates"]
+        if self.rates is not None and self.diagonal:
+            self.preconditioner = {"z": self.rates}

@@ -1,0 +1,311 @@
+r"""The chain engine: advances :math:`C \ge 1` SG-MCMC chains by one gradient step at a time.
+
+Every sampler of the package runs through :class:`ChainEngine`: the ``pyro.infer.MCMC`` kernels
+with :math:`C = 1` (one engine per chain), :func:`~pyro_sgmcmc.run_chains` with :math:`C` chains
+stacked along a leading axis. A chain's path depends only on its own seed, so chain :math:`c` of
+a stacked run equals the same chain run alone, draw for draw.
+
+One step of the engine, for every chain at once:
+
+1. the update rule of :mod:`pyro_sgmcmc.dynamics.registry` moves the state with the gradient
+   :math:`g_t` carried from the previous step, the control's step size, preconditioner and
+   phase, and noise drawn from each chain's generator;
+2. every ``gibbs_every`` steps, the Gibbs blocks redraw their sites from their exact
+   conditionals (each chain from its own generator);
+3. the gradient estimator evaluates :math:`\tilde U` and :math:`\nabla \tilde U` at the new
+   position on the chain's next minibatch;
+4. a chain whose new potential, gradient or position is not finite, or whose potential blew up
+   (:class:`~pyro_sgmcmc.engine.divergence.DivergenceMonitor`), *diverged*: it is put back to
+   its last good state (momenta restart at zero) and the divergence is recorded; too many in a
+   row raise :class:`~pyro_sgmcmc.SamplerDivergedError`.
+
+So the state always holds a finite potential and gradient at its position, and no draw is ever
+taken from a diverged state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..dynamics.registry import Algorithm, StepInputs, dump_state, load_state
+from .controls import StepControl
+from .divergence import DivergenceMonitor
+from .estimators import MinibatchGradient
+from .gibbs_blocks import GibbsBlocks
+from .layout import FlatLayout
+from .minibatch import Minibatcher
+
+__all__ = ["FLAT", "ChainEngine", "DrawStats"]
+
+#: The key of the flat ``(C, D)`` position in the dynamics states.
+FLAT = "z"
+
+
+@dataclass(frozen=True)
+class DrawStats:
+    """Statistics of one draw of every chain (arrays of shape ``(C,)``).
+
+    Attributes
+    ----------
+    potential_energy:
+        The minibatch potential :math:`\\tilde U` at the draw (a noisy, unbiased estimate).
+    step_size:
+        The step size of the draw's last step (multiplying the full-data gradient).
+    temperature:
+        The temperature of the chain.
+    diverging:
+        Whether a step of the draw diverged.
+    """
+
+    potential_energy: np.ndarray
+    step_size: np.ndarray
+    temperature: float
+    diverging: np.ndarray
+
+
+def select_chains(chains: torch.Tensor, when_true: Any, when_false: Any) -> Any:
+    """Per chain, ``when_true`` where the ``(C,)`` mask is set, else ``when_false``: tensors with a
+    leading chain axis, dicts and named tuples of them (other values: ``when_false``'s)."""
+    if isinstance(when_false, torch.Tensor):
+        mask = chains.reshape(-1, *([1] * (when_false.dim() - 1)))
+        return torch.where(mask, when_true, when_false)
+    if isinstance(when_false, dict):
+        return {k: select_chains(chains, when_true[k], v) for k, v in when_false.items()}
+    if isinstance(when_false, tuple) and hasattr(when_false, "_fields"):
+        if when_true is None:
+            return when_false
+        return type(when_false)(
+            *(select_chains(chains, a, b) for a, b in zip(when_true, when_false, strict=True))
+        )
+    return when_false
+
+
+class ChainEngine:
+    """Advance ``C`` chains of one update rule (see the module docstring).
+
+    Parameters
+    ----------
+    algorithm, options:
+        The update rule and its validated options.
+    layout:
+        The moving sites and their flat layout.
+    estimator:
+        The gradient estimator (minibatch or control variate) over the potential.
+    batches:
+        The per-chain minibatch sampler.
+    generators:
+        One ``torch.Generator`` per chain: noise, minibatches and Gibbs draws.
+    control:
+        Step size, phase and preconditioner per step.
+    gibbs:
+        The Gibbs blocks, or ``None``.
+    monitor:
+        Divergence bookkeeping.
+    num_data:
+        :math:`N`.
+    temperature:
+        :math:`T` of the sampling phases.
+    num_steps_per_sample:
+        Gradient steps per draw (more while the control is in an exploration phase).
+    warmup_draws:
+        Draws before the control freezes its adaptation.
+    """
+
+    def __init__(
+        self,
+        *,
+        algorithm: Algorithm,
+        options: Any,
+        layout: FlatLayout,
+        estimator: MinibatchGradient,
+        batches: Minibatcher,
+        generators: Sequence[torch.Generator],
+        control: StepControl,
+        gibbs: GibbsBlocks | None,
+        monitor: DivergenceMonitor,
+        num_data: int,
+        temperature: float,
+        num_steps_per_sample: int,
+        warmup_draws: int,
+    ) -> None:
+        self.algorithm, self.options = algorithm, options
+        self.layout = layout
+        self.estimator = estimator
+        self.batches = batches
+        self.generators = list(generators)
+        self.control = control
+        self.gibbs = gibbs
+        self.monitor = monitor
+        self.num_data = num_data
+        self.temperature = temperature
+        self.num_steps_per_sample = num_steps_per_sample
+        self.warmup_draws = warmup_draws
+        self.t = 0
+        self.draws_done = 0
+        self.state: Any = None
+        self.fixed: dict[str, torch.Tensor] = {}
+        self.value: torch.Tensor | None = None
+        self.grad: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ position
+    @property
+    def num_chains(self) -> int:
+        return len(self.generators)
+
+    @property
+    def position(self) -> torch.Tensor:
+        """The flat ``(C, D)`` position of the moving sites."""
+        return self.state.position[FLAT]
+
+    def current_values(self) -> dict[str, torch.Tensor]:
+        """Unconstrained values of every latent site, ``(C, ...)`` (moving and fixed sites)."""
+        return {**self.layout.unflatten(self.position), **self.fixed}
+
+    def start(self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor]) -> None:
+        """(Re)start the dynamics at ``flat`` (``(C, D)``) with auxiliary variables at rest.
+
+        Evaluates the potential and gradient there on the chains' next minibatches.
+
+        Raises
+        ------
+        ValueError
+            If they are not finite for some chain (the message names chains and sites).
+        """
+        self.state = self.algorithm.init({FLAT: flat}, self.options)
+        self.fixed = dict(fixed)
+        self.estimator.refresh(self.fixed)
+        self.value, self.grad = self.estimator(flat, self.fixed, self.batches.next())
+        bad = self.monitor.non_finite(self.value, self.grad, flat)
+        if bool(bad.any()):
+            chains = bad.nonzero().flatten().tolist()
+            sites = self.layout.sites_where(~torch.isfinite(self.grad[bad]))
+            raise ValueError(
+                f"the starting point of chain(s) {chains} has a non-finite potential or gradient "
+                f"(sites {sites or 'unknown: the potential itself'}); give other initial_params "
+                "or another init_strategy"
+            )
+
+    # ------------------------------------------------------------------ stepping
+    def draw(self) -> DrawStats:
+        """Advance every chain by one draw: ``num_steps_per_sample`` steps, more while the
+        control is in an exploration phase."""
+        if self.draws_done == self.warmup_draws:
+            self.control.end_warmup(self)
+        self.monitor.start_draw()
+        steps = 0
+        while True:
+            sampling = self.step()
+            steps += 1
+            if steps >= self.num_steps_per_sample and sampling:
+                break
+        self.draws_done += 1
+        return DrawStats(
+            potential_energy=self.value.detach().double().cpu().numpy(),
+            step_size=self.control.reported_step_size(self.t - 1, self.num_chains),
+            temperature=self.temperature,
+            diverging=self.monitor.draw_diverged.cpu().numpy().copy(),
+        )
+
+    def _inputs(self, t: int, temperature: float) -> StepInputs:
+        control = self.control
+        return StepInputs(
+            step_size=control.step_size(t),
+            temperature=temperature,
+            draw_noise=self.draw_noise,
+            num_data=self.num_data,
+            step=t + 1,
+            preconditioner=control.preconditioner,
+            gradient_variance=control.gradient_variance,
+            adapting=control.adapting,
+        )
+
+    def step(self) -> bool:
+        """One gradient step of every chain; returns whether it was in a sampling phase."""
+        t = self.t
+        sampling = self.control.is_sampling(t)
+        temperature = self.temperature if sampling else 0.0
+        inputs = self._inputs(t, temperature)
+        new_state = self.algorithm.step(self.state, {FLAT: self.grad}, inputs, self.options)
+        self.t += 1
+        fixed = self.fixed
+        if self.gibbs is not None and self.gibbs.due(self.t):
+            fixed = self.gibbs(new_state.position[FLAT], fixed)
+            self.estimator.refresh(fixed)
+        position = new_state.position[FLAT]
+        value, grad = self.estimator(position, fixed, self.batches.next())
+        bad = self.monitor.check(value, grad, position, self.t, self.in_warmup)
+        if bad is None:
+            self.state, self.fixed, self.value, self.grad = new_state, fixed, value, grad
+        else:
+            self._revert(bad, new_state, fixed, value, grad)
+        if self.in_warmup:
+            self.control.observe(self)
+        return sampling
+
+    @property
+    def in_warmup(self) -> bool:
+        return self.draws_done < self.warmup_draws
+
+    def _revert(self, bad, new_state, fixed, value, grad) -> None:
+        """Keep the new state of the good chains; put the bad ones back, momenta at rest."""
+        self.state = select_chains(bad, self.algorithm.reset(self.state, bad), new_state)
+        fixed_changed = fixed is not self.fixed
+        self.fixed = select_chains(bad, self.fixed, fixed)
+        self.value = select_chains(bad, self.value, value)
+        self.grad = select_chains(bad, self.grad, grad)
+        if fixed_changed:
+            self.estimator.refresh(self.fixed)
+        self.control.on_divergence(self, bad)
+        self.monitor.raise_if_stuck(self.layout)
+
+    def draw_noise(self) -> dict[str, torch.Tensor]:
+        """Standard normal draws shaped like the position, each chain from its own generator."""
+        like = self.state.position[FLAT]
+        size = like.shape[1:]
+        draws = [
+            torch.randn(size, generator=g, dtype=like.dtype, device=like.device)
+            for g in self.generators
+        ]
+        return {FLAT: draws[0].unsqueeze(0) if len(draws) == 1 else torch.stack(draws)}
+
+    def probe_gradient(self) -> torch.Tensor:
+        """The gradient at the current position on a fresh, independent minibatch per chain."""
+        _, grad = self.estimator(self.position, self.fixed, self.batches.independent())
+        return grad
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that determines the rest of the chains' paths (tensors are shared)."""
+        return {
+            "t": self.t,
+            "draws_done": self.draws_done,
+            "state": dump_state(self.state),
+            "fixed": dict(self.fixed),
+            "value": self.value,
+            "grad": self.grad,
+            "generators": [g.get_state() for g in self.generators],
+            "batches": self.batches.state_dict(),
+            "monitor": self.monitor.state_dict(),
+            "control": self.control.state_dict(),
+            "estimator": self.estimator.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (the engine must be built for the same run)."""
+        self.t = state["t"]
+        self.draws_done = state["draws_done"]
+        template = self.algorithm.init({FLAT: state["value"].new_zeros(1, 1)}, self.options)
+        self.state = load_state(template, state["state"])
+        self.fixed = dict(state["fixed"])
+        self.value, self.grad = state["value"], state["grad"]
+        for generator, saved in zip(self.generators, state["generators"], strict=True):
+            generator.set_state(saved)
+        self.batches.load_state_dict(state["batches"])
+        self.monitor.load_state_dict(state["monitor"])
+        self.control.load_state_dict(state["control"])
+        self.estimator.load_state_dict(state["estimator"])

@@ -1,0 +1,62 @@
+"""The flat layout of the sampled sites: ``C`` chains' positions as one ``(C, D)`` tensor.
+
+Concatenating the sites of each chain into one row lets the element-wise update rules act on the
+whole state in a handful of kernel launches per step, whatever the number of sites.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["FlatLayout"]
+
+
+@dataclass(frozen=True)
+class FlatLayout:
+    """Names and shapes of the sites that make up a flat position vector.
+
+    Attributes
+    ----------
+    shapes:
+        Shape of one chain's value of each site, in order.
+    """
+
+    shapes: dict[str, torch.Size]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The site names, in order."""
+        return tuple(self.shapes)
+
+    @property
+    def sizes(self) -> list[int]:
+        """Number of coordinates of each site."""
+        return [math.prod(shape) for shape in self.shapes.values()]
+
+    @property
+    def dimension(self) -> int:
+        """``D``, the total number of coordinates."""
+        return sum(self.sizes)
+
+    def flatten(self, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``(C, D)`` from per-site values of shape ``(C, *shape)``."""
+        parts = [values[name].reshape(values[name].shape[0], -1) for name in self.shapes]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-site views ``(..., *shape)`` of a ``(..., D)`` tensor."""
+        parts = flat.split(self.sizes, dim=-1)
+        lead = flat.shape[:-1]
+        return {
+            name: part.reshape((*lead, *shape))
+            for (name, shape), part in zip(self.shapes.items(), parts, strict=True)
+        }
+
+    def sites_where(self, mask: torch.Tensor) -> list[str]:
+        """Names of the sites with at least one ``True`` coordinate in the ``(..., D)`` mask."""
+        parts = mask.reshape(-1, self.dimension).any(0).split(self.sizes)
+        return [name for name, part in zip(self.shapes, parts, strict=True) if bool(part.any())]
