@@ -1,5 +1,5 @@
 """Automation for pyro_sgmcmc: ``nox -s demo``, ``nox -s tests``, ``nox -s slow``, ``nox -s lint``,
-``nox -s docs``, ``nox -s tutorials``, ``nox -s benchmarks``.
+``nox -s docs``, ``nox -s docs_check``, ``nox -s tutorials``, ``nox -s benchmarks``.
 
 Every session installs the CPU build of torch *before* the package, so that pip never resolves the
 multi-gigabyte CUDA build on a machine without a GPU.
@@ -8,6 +8,8 @@ multi-gigabyte CUDA build on a machine without a GPU.
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import nox
 
@@ -23,6 +25,24 @@ def _install(session: nox.Session, *extras: str) -> None:
     session.install(TORCH)
     spec = f".[{','.join(extras)}]" if extras else "."
     session.install("-e", spec)
+
+
+def _debian_install(session: nox.Session, *packages: str) -> bool:
+    """Install Debian packages with apt-get on CI (``CI`` set, running as root); else do nothing.
+
+    Returns whether the installation ran and succeeded. On a developer's machine a session never
+    installs system packages: it says what is missing and what to install instead.
+    """
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    if not (os.environ.get("CI") and as_root and shutil.which("apt-get")):
+        return False
+    session.log(f"CI: installing {' '.join(packages)} with apt-get")
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
+        try:
+            session.run(*command, external=True, env={"DEBIAN_FRONTEND": "noninteractive"})
+        except nox.command.CommandFailed:
+            return False
+    return True
 
 
 @nox.session(python=PYTHON)
@@ -70,11 +90,54 @@ def docs(session: nox.Session) -> None:
     """Build the documentation site into ``site/`` with ``mkdocs build --strict``.
 
     The tutorials are executed first in smoke mode and written as notebooks to
-    ``docs/tutorials/``, which mkdocs-jupyter renders without executing them again.
+    ``docs/tutorials/``, which mkdocs-jupyter renders without executing them again. Tutorial 4
+    shows Fashion-MNIST when Debian's ``dataset-fashion-mnist`` is installed (on CI the session
+    installs it), scikit-learn's digits otherwise. MathJax is copied into the site from the
+    ``docs`` extra (``docs/hooks/offline_assets.py``): the site reads offline.
     """
     _install(session, "docs", "tutorials")
+    fashion = Path(os.environ.get("PYRO_SGMCMC_FASHION_MNIST", "/usr/share/datasets/fashion-mnist"))
+    if not fashion.is_dir() and not _debian_install(session, "dataset-fashion-mnist"):
+        session.warn(
+            f"Fashion-MNIST not found in {fashion}: tutorial 4 will show scikit-learn's digits "
+            "(apt-get install dataset-fashion-mnist, or set PYRO_SGMCMC_FASHION_MNIST)"
+        )
     session.run("python", "tutorials/run_all.py", "--check-paired", "--output", "docs/tutorials")
     session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def docs_check(session: nox.Session) -> None:
+    """Open every page of the built site in headless Chromium and check what a reader sees.
+
+    Run ``nox -s docs`` first. The check (``tests/test_docs_site.py``) serves ``site/`` on
+    127.0.0.1 with every other host unreachable and asserts that all maths is typeset, the
+    tutorials show their figures, nothing is requested from another host, and no warnings,
+    build paths or internal labels reach a page. It needs Debian's ``chromium`` and
+    ``chromium-driver``: on CI the session installs them; elsewhere it is skipped with the
+    command to run when they are missing.
+    """
+    if not Path("site/index.html").is_file():
+        session.error("no built site in site/: run `nox -s docs` first")
+    programs = ("chromium", "chromedriver")
+    if not all(map(shutil.which, programs)) and not _debian_install(
+        session, "chromium", "chromium-driver"
+    ):
+        session.skip(
+            "Chromium or chromedriver not found; install them (Debian: apt-get install chromium "
+            "chromium-driver, or point CHROMIUM and CHROMEDRIVER at them) and run again"
+        )
+    session.install("pytest>=8", "selenium>=4.10")
+    # --noconftest: the check needs no torch or Pyro, only the site, a browser and selenium
+    session.run(
+        "pytest",
+        "--noconftest",
+        "-p",
+        "no:cacheprovider",
+        "tests/test_docs_site.py",
+        *session.posargs,
+        env={"PYRO_SGMCMC_DOCS_CHECK": "1"},
+    )
 
 
 @nox.session(python=PYTHON)

@@ -46,8 +46,11 @@ import torch
 from _common import RESULTS, load_average, print_table, sinusoid_w2, w2_model, write_json
 from scipy.stats import wasserstein_distance
 
+from pyro_sgmcmc import SGHMC, SGLD
 from pyro_sgmcmc.schedules import PiecewiseConstant
 from pyro_sgmcmc.vectorized import run_chains
+
+KERNEL_CLASSES = {"sghmc": SGHMC, "sgld": SGLD}
 
 LL_TOLERANCE = 0.02
 TARGET_SAMPLING_S = 2.2
@@ -90,17 +93,16 @@ def run(model, data, config, steps, chains, seed, compile_):
             (config["burn_in_step_size"], config["step_size"]),
             (warmup * config["num_steps_per_sample"],),
         )
+    kernel_class = KERNEL_CLASSES[options.pop("kernel")]
     start = time.perf_counter()
+    kernel = kernel_class(model, seed=seed, compile=compile_, **options)
     result = run_chains(
-        model,
+        kernel,
         data["x"],
         data["y"],
         num_chains=config.get("num_chains", chains),
         num_samples=draws_total - warmup,
         warmup_steps=warmup,
-        seed=seed,
-        compile=compile_,
-        **options,
     )
     total = time.perf_counter() - start
     return result, total

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from _common import load_average, print_table, write_json
 
-from pyro_sgmcmc import metrics
+from pyro_sgmcmc import SGHMC, metrics
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision
 from pyro_sgmcmc.schedules import CyclicalCosine
 from pyro_sgmcmc.vectorized import run_chains
@@ -117,12 +117,14 @@ def run_sghmc(prior, x, y, x_test, initial, temperature, args, likelihood_temper
         count += logits.shape[0]
 
     start = time.perf_counter()
+    kernel = SGHMC(
+        model, num_steps_per_sample=thinning, learning_rate=learning_rate,
+        friction=args.friction, temperature=temperature, batch_size=BATCH, seed=args.seed,
+        init_strategy=_init_small,
+    )  # fmt: skip
     result = run_chains(
-        model, x, y, kernel="sghmc", num_chains=args.chains,
-        num_samples=max(total_draws - warmup_draws, 1), warmup_steps=warmup_draws,
-        num_steps_per_sample=thinning, learning_rate=learning_rate, friction=args.friction,
-        temperature=temperature, batch_size=BATCH, seed=args.seed, callback=accumulate,
-        init_strategy=_init_small, initial_params=initial,
+        kernel, x, y, num_chains=args.chains, num_samples=max(total_draws - warmup_draws, 1),
+        warmup_steps=warmup_draws, callback=accumulate, initial_params=initial,
     )  # fmt: skip
     seconds = time.perf_counter() - start
     return evaluate(probs / count, args.y_test), seconds, result, count

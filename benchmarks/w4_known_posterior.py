@@ -36,6 +36,7 @@ import torch
 from _common import RESULTS, load_average, print_table, write_json
 from pyro.infer import MCMC, NUTS
 
+from pyro_sgmcmc import SGHMC
 from pyro_sgmcmc.vectorized import run_chains
 
 DIM, SIGMA = 10, 0.5
@@ -107,12 +108,14 @@ def run_sghmc(x, y, args, seed: int):
         else torch.randn(args.chains, DIM, generator=generator)
     )
     clock = time.perf_counter()
+    kernel = SGHMC(
+        LinearRegression(), num_steps_per_sample=args.thinning,
+        learning_rate=args.learning_rate * SIGMA**2, friction=args.friction, batch_size=batch,
+        seed=seed, control_variate=not args.no_control_variate,
+    )  # fmt: skip
     result = run_chains(
-        LinearRegression(), x, y, kernel="sghmc", num_chains=args.chains,
-        num_samples=per_chain, warmup_steps=args.warmup_draws,
-        num_steps_per_sample=args.thinning, learning_rate=args.learning_rate * SIGMA**2,
-        friction=args.friction, batch_size=batch, seed=seed, initial_params={"w": start},
-        control_variate=not args.no_control_variate,
+        kernel, x, y, num_chains=args.chains, num_samples=per_chain,
+        warmup_steps=args.warmup_draws, initial_params={"w": start},
     )  # fmt: skip
     total = time.perf_counter() - clock
     draws = result.samples["w"].reshape(-1, DIM)[:300].double().numpy()

@@ -1,14 +1,16 @@
 """The ``pyro-sgmcmc`` command line.
 
 ``pyro-sgmcmc compare`` runs :func:`pyro_sgmcmc.compare.run_comparison` and prints one row per
-method; ``pyro-sgmcmc datasets`` lists the built-in data sets. With no options, ``compare`` runs
-the seed-004 sinusoid with a small Bayesian MLP, every method included, in a few minutes on two
-CPU cores.
+method; ``pyro-sgmcmc sample`` runs one method and writes its ``InferenceData`` as netCDF
+(:func:`pyro_sgmcmc.compare.sample_to_file`); ``pyro-sgmcmc datasets`` lists the built-in data
+sets. Both commands take a built-in set (``--dataset``) or your own table (``--data FILE --target
+COLUMN``). With no options, ``compare`` runs the sinusoid toy with a small Bayesian MLP, every
+method included, in about three minutes on two CPU cores.
 
 Exit status: 0 when at least one method produced results, 1 when every method failed (the
-table and ``summary.json`` are still written), 2 for invalid arguments, an unavailable data set
-or an output directory that cannot be written (nothing has been sampled then). Set the
-environment variable ``PYRO_SGMCMC_DEBUG=1`` to print the traceback of a method that fails.
+table and ``summary.json`` are still written), 2 for invalid arguments, unusable data or an
+output that cannot or may not be written (nothing has been sampled then). Set the environment
+variable ``PYRO_SGMCMC_DEBUG=1`` to print the traceback of a method that fails.
 """
 
 from __future__ import annotations
@@ -19,8 +21,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
-from .compare import ACTIVATIONS, METHODS, NOISES, PRIORS, CompareConfig, run_comparison
-from .datasets import dataset_task, list_datasets
+from .compare import (
+    ACTIVATIONS,
+    MANIFEST_NAME,
+    METHODS,
+    NOISES,
+    PRIORS,
+    TASKS,
+    CompareConfig,
+    ComparisonResults,
+    run_comparison,
+    sample_to_file,
+)
+from .datasets import TABLE_FORMATS, dataset_task, list_datasets
 
 __all__ = ["build_parser", "main"]
 
@@ -50,9 +63,20 @@ def _hidden(text: str) -> tuple[int, ...]:
 
 def _default(name: str) -> str:
     value = _DEFAULTS[name]
+    if name == "dataset" and value is None:
+        return "sinusoid"
     if isinstance(value, tuple):
         return ",".join(map(str, value)) or "none"
     return str(value)
+
+
+def _path(what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"expected {what}, got an empty string")
+        return text
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,18 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Fit one Bayesian MLP with several inference methods and compare wall time, test "
             "metrics and convergence. Exit status: 0 if at least one method succeeded, 1 if all "
-            "failed, 2 for invalid arguments or unusable inputs. Defaults: the seed-004 sinusoid "
-            "with a small net, all methods, NUTS bounded (tree depth, draws) to finish quickly."
+            "failed, 2 for invalid arguments or unusable inputs. Defaults: the sinusoid toy "
+            "with a small net and all methods, in about three minutes on two cores."
         ),
     )
     compare.set_defaults(subparser=compare)
     add = compare.add_argument
-    add(
-        "--dataset",
-        default=argparse.SUPPRESS,
-        metavar="NAME",
-        help=f"one of: {', '.join(list_datasets())} (default: {_default('dataset')})",
-    )
+    _add_data_options(compare)
     add(
         "--methods",
         type=_comma_list(str, "method names"),
@@ -90,7 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--chains", type=int, default=argparse.SUPPRESS, help=f"default {_default('chains')}")
     add("--seed", type=int, default=argparse.SUPPRESS, help=f"default {_default('seed')}")
-    add("--out", default=argparse.SUPPRESS, metavar="DIR", help="output directory (results/)")
+    add(
+        "--out",
+        type=_path("a directory"),
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help=f"output directory (default {_default('out')}); it must be new, empty, or written by "
+        f"an earlier run (it then holds {MANIFEST_NAME}), whose files are replaced",
+    )
+    add(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty --out that pyro-sgmcmc did not write (files named like "
+        "its outputs are replaced, others left in place)",
+    )
     add("--no-output", action="store_true", help="write no files, only print the table")
     add(
         "--time-budget",
@@ -99,13 +131,104 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="skip the methods that would start after this many seconds",
     )
+    _add_fit_options(compare)
+    display = compare.add_argument_group("display")
+    display.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    display.add_argument("--no-figures", action="store_true", help="write no PNG figures")
+    display.add_argument("--quiet", action="store_true", help="print only the table")
 
-    model = compare.add_argument_group("model")
+    sample = commands.add_parser(
+        "sample",
+        help="run one method and write its InferenceData (netCDF)",
+        description=(
+            "Fit the Bayesian MLP of `compare` with one method and write its ArviZ "
+            "InferenceData (posterior, log-likelihood, observed data, test predictions) to a "
+            "netCDF file; print its test metrics and convergence. Exit status: 0 on success, "
+            "1 if the method failed, 2 for invalid arguments or unusable inputs."
+        ),
+    )
+    sample.set_defaults(subparser=sample)
+    sample.add_argument(
+        "method", choices=METHODS, metavar="METHOD", help=f"one of {', '.join(METHODS)}"
+    )
+    _add_data_options(sample)
+    sample.add_argument(
+        "--output",
+        "-o",
+        type=_path("a netCDF file name"),
+        metavar="FILE.nc",
+        help="the netCDF file to write (default: METHOD.nc)",
+    )
+    sample.add_argument("--overwrite", action="store_true", help="replace an existing FILE.nc")
+    sample.add_argument(
+        "--chains", type=int, default=argparse.SUPPRESS, help=f"default {_default('chains')}"
+    )
+    sample.add_argument(
+        "--seed", type=int, default=argparse.SUPPRESS, help=f"default {_default('seed')}"
+    )
+    _add_fit_options(sample)
+    display = sample.add_argument_group("display")
+    display.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    display.add_argument("--quiet", action="store_true", help="print only the result row")
+    return parser
+
+
+def _add_data_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("data (a built-in set, or your own table)")
+    group.add_argument(
+        "--dataset",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help=f"one of: {', '.join(list_datasets())} (default: {_default('dataset')})",
+    )
+    group.add_argument(
+        "--data",
+        type=_path("a file name"),
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help=f"your own table instead of --dataset: {', '.join(TABLE_FORMATS)} (Parquet needs "
+        "pandas and pyarrow); every column but --target is a numeric feature",
+    )
+    group.add_argument(
+        "--target",
+        default=argparse.SUPPRESS,
+        metavar="COLUMN",
+        help="the column of --data to predict",
+    )
+    group.add_argument(
+        "--task",
+        choices=TASKS,
+        default=argparse.SUPPRESS,
+        help="task of --data (default: inferred; text or integer labels with at most 20 "
+        "distinct values are classes)",
+    )
+    group.add_argument(
+        "--test-fraction",
+        type=float,
+        default=argparse.SUPPRESS,
+        help=f"held-out share (default {_default('test_fraction')})",
+    )
+    group.add_argument(
+        "--max-train",
+        type=int,
+        default=argparse.SUPPRESS,
+        help="use a seeded subset of at most this many training rows",
+    )
+    group.add_argument(
+        "--max-test", type=int, default=argparse.SUPPRESS, help="use at most this many test rows"
+    )
+    group.add_argument(
+        "--data-dir", default=argparse.SUPPRESS, help="directory of the Fashion-MNIST IDX files"
+    )
+
+
+def _add_fit_options(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group("model")
     model.add_argument(
         "--hidden",
         type=_hidden,
         default=argparse.SUPPRESS,
-        metavar="W1,W2",
+        metavar="N1,N2",
         help=f"hidden widths (default {_default('hidden')})",
     )
     model.add_argument(
@@ -137,13 +260,15 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {_default('noise_scale')})",
     )
 
-    sampling = compare.add_argument_group("sampling")
+    sampling = parser.add_argument_group("sampling")
     options: Sequence[tuple[str, str, type, str]] = (
         ("--num-samples", "num_samples", int, "kept draws per chain (SG-MCMC; SVI draws per fit)"),
         ("--warmup", "warmup", int, "warm-up draws per chain (SG-MCMC)"),
         ("--nuts-num-samples", "nuts_num_samples", int, "NUTS draws per chain"),
         ("--nuts-warmup", "nuts_warmup", int, "NUTS warm-up draws per chain"),
         ("--max-tree-depth", "max_tree_depth", int, "NUTS maximum tree depth"),
+        ("--nuts-target-accept", "nuts_target_accept", float, "NUTS target acceptance"),
+        ("--nuts-init-steps", "nuts_init_steps", int, "Adam steps to each NUTS chain's start"),
         ("--sgld-lr", "sgld_learning_rate", float, "SGLD per-datum learning rate (step = lr/N)"),
         ("--sghmc-lr", "sghmc_learning_rate", float, "SGHMC per-datum learning rate"),
         ("--psgld-lr", "psgld_learning_rate", float, "pSGLD per-datum learning rate"),
@@ -152,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--steps-per-sample", "num_steps_per_sample", int, "gradient steps per kept draw"),
         ("--svi-steps", "svi_steps", int, "Adam steps per SVI fit"),
         ("--svi-lr", "svi_learning_rate", float, "SVI Adam learning rate"),
+        ("--threads", "threads", int, "torch intra-op threads"),
     )
     for flag, dest, kind, text in options:
         sampling.add_argument(
@@ -159,56 +285,41 @@ def build_parser() -> argparse.ArgumentParser:
             dest=dest,
             type=kind,
             default=argparse.SUPPRESS,
-            help=f"{text} (default {_default(dest)})",
+            help=f"{text} (default {_describe_default(dest)})",
         )
 
-    data = compare.add_argument_group("data")
-    data.add_argument(
-        "--test-fraction",
-        type=float,
-        default=argparse.SUPPRESS,
-        help=f"held-out share (default {_default('test_fraction')})",
-    )
-    data.add_argument(
-        "--max-train",
-        type=int,
-        default=argparse.SUPPRESS,
-        help="use a seeded subset of at most this many training rows",
-    )
-    data.add_argument(
-        "--max-test", type=int, default=argparse.SUPPRESS, help="use at most this many test rows"
-    )
-    data.add_argument(
-        "--data-dir", default=argparse.SUPPRESS, help="directory of the Fashion-MNIST IDX files"
-    )
 
-    display = compare.add_argument_group("display")
-    display.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    display.add_argument("--no-figures", action="store_true", help="write no PNG figures")
-    display.add_argument("--quiet", action="store_true", help="print only the table")
-    return parser
+def _describe_default(dest: str) -> str:
+    if dest.endswith("_learning_rate") and dest != "svi_learning_rate":
+        return "none: the adaptive warm-up chooses the step size"
+    return _default(dest)
 
 
-def _config(args: argparse.Namespace) -> CompareConfig:
+def _config(args: argparse.Namespace, **overrides: Any) -> CompareConfig:
     names = {f.name for f in fields(CompareConfig)}
     values = {k: v for k, v in vars(args).items() if k in names}
-    if args.no_output:
+    if getattr(args, "no_output", False):
         values["out"] = None
     values["progress"] = not (args.no_progress or args.quiet)
-    values["figures"] = not args.no_figures
-    return CompareConfig(**values)
+    values["figures"] = not getattr(args, "no_figures", False)
+    values.update(overrides)
+    try:
+        return CompareConfig(**values)
+    except (ValueError, TypeError) as error:
+        args.subparser.error(str(error))
+        raise  # pragma: no cover (error() exits)
+
+
+def _logger(args: argparse.Namespace) -> Callable[[str], None] | None:
+    return None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def _compare(args: argparse.Namespace) -> int:
+    config = _config(args)
     try:
-        config = _config(args)
-    except (ValueError, TypeError) as error:
-        args.subparser.error(str(error))
-    log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    try:
-        results = run_comparison(config, log=log)
+        results = run_comparison(config, log=_logger(args))
     except (OSError, ImportError, ValueError) as error:
-        # raised before any sampling: unwritable output, missing data or optional package
+        # raised before any sampling: unusable output directory, data or optional package
         print(f"pyro-sgmcmc compare: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     print()
@@ -224,6 +335,29 @@ def _compare(args: argparse.Namespace) -> int:
     if results.all_failed:
         print("every method failed", file=sys.stderr)
         return EXIT_ALL_FAILED
+    return EXIT_OK
+
+
+def _sample(args: argparse.Namespace) -> int:
+    config = _config(args, methods=(args.method,), out=None, figures=False)
+    output = args.output or f"{args.method}.nc"
+    try:
+        outcome = sample_to_file(
+            config, args.method, output, overwrite=args.overwrite, log=_logger(args)
+        )
+    except (OSError, ImportError, ValueError) as error:
+        print(f"pyro-sgmcmc sample: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    result, data = outcome.result, outcome.data
+    row = ComparisonResults(config, data.name, data.task, data.num_train, data.num_test, [result])
+    print()
+    print(f"{data.name} ({data.task}): {data.num_train} train / {data.num_test} test rows")
+    print(row.table())
+    if result.message:
+        print(f"  {result.method}: {result.message}")
+    if not result.ok:
+        return EXIT_ALL_FAILED
+    print(f"InferenceData written to {output}")
     return EXIT_OK
 
 
@@ -245,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "datasets":
         return _datasets()
+    if args.command == "sample":
+        return _sample(args)
     return _compare(args)
 
 

@@ -6,12 +6,19 @@ r"""Compare NUTS, SG-MCMC (SGHMC, SGLD, pSGLD) and mean-field SVI on one Bayesia
 >>> results = run_comparison(CompareConfig(dataset="sinusoid", out=None))  # doctest: +SKIP
 >>> print(results.table())  # doctest: +SKIP
 
-For each method it measures the wall time of inference, the test metrics of the posterior
-predictive (RMSE and log-likelihood in the *original* units of the target for regression;
-accuracy, negative log-likelihood and expected calibration error for classification) and the
-convergence diagnostics of the draws (maximum split R-hat and minimum bulk ESS over every
-scalar parameter, ESS per second, divergences). With an output directory it writes one netCDF
-``InferenceData`` per method, ``summary.json``, ``summary.md`` and PNG figures.
+The data are a built-in set (:func:`pyro_sgmcmc.datasets.list_datasets`) or your own table
+(``CompareConfig(data="table.csv", target="y")``, read by
+:func:`pyro_sgmcmc.datasets.load_table`). For each method it measures the wall time of
+inference, the test metrics of the posterior predictive (RMSE and log-likelihood in the
+*original* units of the target for regression; accuracy, negative log-likelihood and expected
+calibration error for classification) and the convergence diagnostics of the draws (maximum
+split R-hat and minimum bulk ESS over every scalar parameter, ESS per second, divergences).
+
+With an output directory it writes one netCDF ``InferenceData`` per method, ``summary.json``,
+``summary.md`` and PNG figures, and lists them in a manifest (:data:`MANIFEST_NAME`). A later
+run into the same directory deletes exactly those files first, so no result of an earlier run
+is left beside a new summary; a directory holding other files is refused unless
+``overwrite=True`` (see :class:`OutputDirectory`).
 
 A method that raises (for instance :class:`~pyro_sgmcmc.SamplerDivergedError`) is recorded with
 status ``"failed"`` and the message; the other methods still run and are saved.
@@ -19,6 +26,7 @@ status ``"failed"`` and the message; the other methods still run and are saved.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -26,8 +34,9 @@ import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +45,11 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro.infer import MCMC, NUTS
+from pyro.infer.mcmc.util import initialize_model
 
 from . import metrics, plots
 from ._validation import check_interval, check_positive, check_positive_int
-from .datasets import Dataset, dataset_task, list_datasets, load_dataset
+from .datasets import Dataset, dataset_task, list_datasets, load_dataset, load_table
 from .diagnostics import convergence_report
 from .errors import SamplerDivergedError
 from .export import HMCStatsCollector, to_inference_data
@@ -49,11 +59,18 @@ from .predictive import ClassificationPrediction, RegressionPrediction, posterio
 from .svi import fit_svi
 
 __all__ = [
+    "MANIFEST_NAME",
     "METHODS",
     "CompareConfig",
     "ComparisonResults",
+    "MethodOutcome",
     "MethodResult",
+    "OutputDirectory",
+    "load_data",
     "run_comparison",
+    "run_method",
+    "sample_to_file",
+    "torch_threads",
 ]
 
 #: Inference methods known to :func:`run_comparison`, in their default order.
@@ -64,7 +81,12 @@ ACTIVATIONS = ("tanh", "relu", "sigmoid", "softplus")
 PRIORS = ("normal", "scale_mixture", "gamma_precision")
 #: Observation noise of regression models: a Gamma-distributed precision (Gibbs-updated by the
 #: SG-MCMC kernels), a half-Normal scale, or a fixed scale.
-NOISES = ("gamma", "halfnormal", "fixed")
+NOISES = ("auto", "known", "gamma", "halfnormal", "fixed")
+#: Tasks of a data file (``None`` infers the task from the target column).
+TASKS = ("regression", "classification")
+#: The file that marks a directory as written by :func:`run_comparison` and lists its files.
+MANIFEST_NAME = "pyro-sgmcmc-manifest.json"
+_MANIFEST_TEMPORARY = f".{MANIFEST_NAME}.tmp"
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -79,7 +101,17 @@ class CompareConfig:
     Parameters
     ----------
     dataset:
-        A name from :func:`pyro_sgmcmc.datasets.list_datasets`.
+        A name from :func:`pyro_sgmcmc.datasets.list_datasets`; ``None`` means ``"sinusoid"``
+        unless ``data`` is given (give one or the other).
+    data:
+        Your own table instead of a built-in set: a ``.csv``/``.tsv``/``.txt``, ``.npz`` or
+        ``.parquet`` file read by :func:`pyro_sgmcmc.datasets.load_table` (every column but
+        ``target`` is a numeric feature).
+    target:
+        The column of ``data`` to predict (required with ``data``).
+    task:
+        ``"regression"`` or ``"classification"`` for ``data``; ``None`` infers it from the
+        target column. For a built-in set it is filled in from the set (and must agree).
     methods:
         Subset of :data:`METHODS`, run in the given order.
     chains:
@@ -87,7 +119,10 @@ class CompareConfig:
     seed:
         Seed of the data split and of every method (``pyro.set_rng_seed`` before each).
     out:
-        Output directory, or ``None`` to write nothing.
+        Output directory, or ``None`` to write nothing. An empty string is refused.
+    overwrite:
+        Write into ``out`` even when it holds files that no earlier comparison wrote (they are
+        left in place, except files named like this command's outputs, which are replaced).
     hidden:
         Hidden layer widths.
     activation:
@@ -106,9 +141,16 @@ class CompareConfig:
         The same for NUTS (``None``: as the SG-MCMC methods).
     max_tree_depth:
         Bound of NUTS's tree depth (at most :math:`2^d - 1` leapfrog steps per draw).
+    nuts_target_accept:
+        NUTS's target acceptance probability during step-size adaptation, in ``(0, 1)``.
+    nuts_init_steps:
+        Adam steps from each NUTS chain's random start towards its nearest mode before warm-up
+        (see :func:`nuts_starts`); 0 starts at the random point.
     sgld_learning_rate, sghmc_learning_rate, psgld_learning_rate:
-        Per-datum learning rates: the step size multiplying the gradient of the full-data
-        potential is ``learning_rate / N``.
+        ``None`` (default): the kernels' adaptive warm-up chooses the step size and a diagonal
+        preconditioner (see :mod:`pyro_sgmcmc.engine.adaptation`). A number: a per-datum
+        learning rate instead (the step size multiplying the gradient of the full-data potential
+        is ``learning_rate / N``).
     friction:
         SGHMC's friction :math:`\\alpha \\in (0, 1]`.
     batch_size:
@@ -121,54 +163,63 @@ class CompareConfig:
     time_budget:
         Seconds for the whole comparison, or ``None``. A method that would start after the
         budget is spent is skipped (status ``"skipped"``); a method already running is not
-        interrupted, so size the draws to the budget (the defaults fit in 5 minutes).
+        interrupted, so size the draws to the budget.
     test_fraction, max_train, max_test:
         Passed to :func:`~pyro_sgmcmc.datasets.load_dataset`.
     data_dir:
         Directory of the Fashion-MNIST files.
+    threads:
+        Torch intra-op threads while the comparison runs (restored afterwards), or ``None`` to
+        leave torch's setting. The default 1 suits the small networks compared here: extra
+        threads cost more in synchronisation than they gain, on a busy machine by a factor of
+        five and more.
     progress:
         Show progress bars.
     figures:
         Write PNG figures.
     """
 
-    dataset: str = "sinusoid"
+    dataset: str | None = None
+    data: Path | None = None
+    target: str | None = None
+    task: str | None = None
     methods: tuple[str, ...] = METHODS
     chains: int = 2
     seed: int = 0
     out: Path | None = Path("results")
+    overwrite: bool = False
     hidden: tuple[int, ...] = (10, 10)
     activation: str = "tanh"
     prior: str = "normal"
     prior_scale: float = 1.0
-    noise: str = "gamma"
+    noise: str = "auto"
     noise_scale: float = 0.5
     num_samples: int = 200
     warmup: int = 200
-    nuts_num_samples: int | None = 100
+    nuts_num_samples: int | None = 200
     nuts_warmup: int | None = 100
-    max_tree_depth: int = 5
-    sgld_learning_rate: float = 1e-3
-    sghmc_learning_rate: float = 1e-3
-    psgld_learning_rate: float = 1e-3
+    max_tree_depth: int = 7
+    nuts_target_accept: float = 0.8
+    nuts_init_steps: int = 1000
+    sgld_learning_rate: float | None = None
+    sghmc_learning_rate: float | None = None
+    psgld_learning_rate: float | None = None
     friction: float = 0.1
     batch_size: int = 32
     num_steps_per_sample: int = 10
-    svi_steps: int = 1500
-    svi_learning_rate: float = 0.01
+    svi_steps: int = 2000
+    svi_learning_rate: float = 0.03
     time_budget: float | None = None
     test_fraction: float = 0.2
     max_train: int | None = None
     max_test: int | None = None
     data_dir: Path | None = None
+    threads: int | None = 1
     progress: bool = True
     figures: bool = True
 
     def __post_init__(self) -> None:
-        if self.dataset not in list_datasets():
-            raise ValueError(
-                f"dataset must be one of {', '.join(list_datasets())}; got {self.dataset!r}"
-            )
+        self._check_data()
         methods = tuple(self.methods)
         if not methods:
             raise ValueError(f"methods must name at least one of {', '.join(METHODS)}")
@@ -183,12 +234,17 @@ class CompareConfig:
         object.__setattr__(self, "methods", methods)
         for name in ("chains", "num_samples", "num_steps_per_sample", "svi_steps"):
             check_positive_int(name, getattr(self, name))
-        for name in ("warmup",):
+        for name in ("warmup", "nuts_init_steps"):
             check_positive_int(name, getattr(self, name), minimum=0)
         check_positive_int("seed", self.seed, minimum=0)
         check_positive_int("batch_size", self.batch_size)
         check_interval("max_tree_depth", self.max_tree_depth, 1, 15)
         check_positive_int("max_tree_depth", self.max_tree_depth)
+        check_interval(
+            "nuts_target_accept", self.nuts_target_accept, 0.0, 1.0, low_open=True, high_open=True
+        )
+        if self.threads is not None:
+            check_positive_int("threads", self.threads)
         if self.nuts_num_samples is not None:
             check_positive_int("nuts_num_samples", self.nuts_num_samples)
         if self.nuts_warmup is not None:
@@ -205,15 +261,11 @@ class CompareConfig:
             raise ValueError(f"prior must be one of {', '.join(PRIORS)}; got {self.prior!r}")
         if self.noise not in NOISES:
             raise ValueError(f"noise must be one of {', '.join(NOISES)}; got {self.noise!r}")
-        for name in (
-            "prior_scale",
-            "noise_scale",
-            "sgld_learning_rate",
-            "sghmc_learning_rate",
-            "psgld_learning_rate",
-            "svi_learning_rate",
-        ):
+        for name in ("prior_scale", "noise_scale", "svi_learning_rate"):
             check_positive(name, getattr(self, name))
+        for name in ("sgld_learning_rate", "sghmc_learning_rate", "psgld_learning_rate"):
+            if getattr(self, name) is not None:
+                check_positive(name, getattr(self, name))
         check_interval("friction", self.friction, 0.0, 1.0, low_open=True)
         if self.time_budget is not None:
             check_positive("time_budget", self.time_budget)
@@ -223,14 +275,49 @@ class CompareConfig:
         if self.max_test is not None:
             check_positive_int("max_test", self.max_test)
         if self.out is not None:
+            if not isinstance(self.out, str | os.PathLike):
+                raise TypeError(f"out must be a path or None, got {type(self.out).__name__}")
+            if not os.fspath(self.out).strip():
+                raise ValueError(
+                    "out must name a directory, got an empty string; use out=None "
+                    "(--no-output) to write nothing"
+                )
             object.__setattr__(self, "out", Path(self.out))
         if self.data_dir is not None:
             object.__setattr__(self, "data_dir", Path(self.data_dir))
 
-    @property
-    def task(self) -> str:
-        """``"regression"`` or ``"classification"``, from the data set."""
-        return dataset_task(self.dataset)
+    def _check_data(self) -> None:
+        if self.task is not None and self.task not in TASKS:
+            raise ValueError(f"task must be one of {', '.join(TASKS)} or None; got {self.task!r}")
+        if self.data is None:
+            if self.target is not None:
+                raise ValueError("target names a column of data: give data (--data FILE) too")
+            dataset = "sinusoid" if self.dataset is None else self.dataset
+            if dataset not in list_datasets():
+                raise ValueError(
+                    f"dataset must be one of {', '.join(list_datasets())}; got {dataset!r}"
+                )
+            if self.task is not None and self.task != dataset_task(dataset):
+                raise ValueError(
+                    f"task: the data set {dataset!r} is a {dataset_task(dataset)} set, got "
+                    f"task={self.task!r} (task chooses the task of a data file)"
+                )
+            object.__setattr__(self, "dataset", dataset)
+            object.__setattr__(self, "task", dataset_task(dataset))
+            return
+        if self.dataset is not None:
+            raise ValueError(
+                f"give either dataset (--dataset {self.dataset}) or data (--data {self.data}), "
+                "not both"
+            )
+        if not isinstance(self.data, str | os.PathLike) or not os.fspath(self.data).strip():
+            raise ValueError(f"data must be the path of a table, got {self.data!r}")
+        if not isinstance(self.target, str) or not self.target:
+            raise ValueError(
+                f"target must name the column of {str(self.data)!r} to predict (--target COLUMN), "
+                f"got {self.target!r}"
+            )
+        object.__setattr__(self, "data", Path(self.data))
 
     def nuts_draws(self) -> tuple[int, int]:
         """NUTS's (kept draws, warm-up draws) per chain."""
@@ -448,22 +535,169 @@ def check_output_dir(out: Path) -> None:
         raise OSError(f"output directory {str(out)!r} cannot be written: {error}") from error
 
 
+def output_names(methods: tuple[str, ...] = METHODS) -> set[str]:
+    """Every file name a comparison of ``methods`` can write (besides the manifest)."""
+    names = {"summary.json", "summary.md"}
+    names |= {"reliability_diagram.png", "predictive_bands.png", "predicted_vs_observed.png"}
+    for method in methods:
+        names |= {f"{method}.nc", *plots.diagnostic_figure_names(method)}
+    return names
+
+
+def _read_manifest(path: Path) -> list[str] | None:
+    """The file names listed by the manifest in ``path``, or ``None`` if it has no valid one."""
+    try:
+        manifest = json.loads((path / MANIFEST_NAME).read_text())
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if manifest.get("tool") != "pyro-sgmcmc" or not isinstance(files, list):
+        return None
+    # only plain names inside the directory: a manifest never reaches outside it
+    return [name for name in files if isinstance(name, str) and name == Path(name).name]
+
+
+def _written_before_manifests(path: Path) -> bool:
+    """Whether ``path`` holds only a comparison's outputs from before manifests were written.
+
+    That is: every file is named like an output of :func:`run_comparison` and ``summary.json``
+    is a summary it wrote (it names the data set, the settings and the methods).
+    """
+    names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+    if "summary.json" not in names or not names <= output_names():
+        return False
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and {"dataset", "config", "methods"} <= set(summary)
+
+
+class OutputDirectory:
+    """A results directory that lists every file written into it in a manifest.
+
+    :meth:`prepare` checks the directory before any sampling starts: a missing or empty directory
+    is created and claimed; a directory holding a manifest (:data:`MANIFEST_NAME`) from an
+    earlier run is reused after the files that manifest lists are deleted, so no result of that
+    run survives beside the new ones (a directory of outputs written before manifests existed,
+    with its ``summary.json``, is treated the same); any other non-empty directory is refused unless
+    ``overwrite`` is true (then the files named like this command's outputs are deleted and the
+    others left in place). :meth:`claim` adds a name to the manifest *before* the file is
+    written, so an interrupted run still leaves every file it wrote listed.
+
+    Attributes
+    ----------
+    path:
+        The directory.
+    files:
+        Names written (claimed) so far, in order.
+    kept:
+        Names of files that were there before and are left in place (only with ``overwrite``).
+    """
+
+    def __init__(self, path: Path, files: list[str], kept: list[str]) -> None:
+        self.path = Path(path)
+        self.files = files
+        self.kept = kept
+
+    @classmethod
+    def prepare(cls, path: Path, *, overwrite: bool = False) -> OutputDirectory:
+        """Check, clean and claim ``path``; see the class description.
+
+        Raises
+        ------
+        FileExistsError
+            For a non-empty directory without a manifest, or with files its manifest does not
+            list, when ``overwrite`` is false; the message lists some of those files.
+        OSError
+            When ``path`` is a file or cannot be written.
+        """
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise NotADirectoryError(f"output directory {str(path)!r} exists and is a file")
+        present = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+        listed = _read_manifest(path) if MANIFEST_NAME in present else None
+        if listed is None and MANIFEST_NAME not in present and _written_before_manifests(path):
+            listed = present  # results of a version that wrote no manifest yet
+        internal = {MANIFEST_NAME, _MANIFEST_TEMPORARY}
+        ours = internal | set(listed) if listed is not None else {_MANIFEST_TEMPORARY}
+        foreign = [name for name in present if name not in ours]
+        if foreign and not overwrite:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            if listed is not None:
+                why = f"its manifest {MANIFEST_NAME} does not list {shown}"
+            elif MANIFEST_NAME in present:
+                why = f"its {MANIFEST_NAME} is not a valid manifest"
+            else:
+                why = f"it holds {shown} and no {MANIFEST_NAME}"
+            raise FileExistsError(
+                f"output directory {str(path)!r} is not empty and was not written by pyro-sgmcmc "
+                f"({why}); choose another directory or pass --overwrite (overwrite=True)"
+            )
+        check_output_dir(path)
+        replaced = set(listed or ()) | (output_names() & set(foreign))
+        for name in sorted(replaced):
+            target = path / name
+            if target.is_file() or target.is_symlink():
+                target.unlink()
+        kept = [name for name in foreign if name not in replaced and name not in internal]
+        directory = cls(path, [], kept)
+        directory._write_manifest()
+        return directory
+
+    def claim(self, name: str) -> Path:
+        """Record ``name`` in the manifest and return its path; call it before writing."""
+        if name != Path(name).name or name == MANIFEST_NAME:
+            raise ValueError(
+                f"name must be a plain file name other than the manifest, got {name!r}"
+            )
+        if name not in self.files:
+            self.files.append(name)
+            self._write_manifest()
+        return self.path / name
+
+    def _write_manifest(self) -> None:
+        manifest = {
+            "tool": "pyro-sgmcmc",
+            "command": "compare",
+            "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "files": self.files,
+        }
+        temporary = self.path / _MANIFEST_TEMPORARY
+        temporary.write_text(json.dumps(manifest, indent=2) + "\n")
+        os.replace(temporary, self.path / MANIFEST_NAME)
+
+
 # --------------------------------------------------------------------------- the model
 
 
 def build_model(config: CompareConfig, data: Dataset) -> BayesianMLP:
     """The :class:`~pyro_sgmcmc.nn.BayesianMLP` of ``config`` for ``data``.
 
-    Regression heads (standardised targets): ``noise="gamma"`` is a latent precision
+    Regression heads (standardised targets): ``noise="known"`` is the data set's own noise level
+    when it declares one (``metadata["noise"]``, in the target's units: the toy sinusoid's
+    :math:`\\sigma = 1`), as in Blundell et al.'s regression example; ``"auto"`` (default) is
+    ``"known"`` when the data set declares its noise and ``"gamma"`` otherwise;
+    ``noise="gamma"`` is a latent precision
     :math:`\tau \\sim \\mathrm{Gamma}(2, 2 s^2)` (prior mean of :math:`\\sigma` about ``s`` =
     ``noise_scale``; Gibbs-updated by the SG-MCMC kernels), ``"halfnormal"`` a latent
     :math:`\\sigma \\sim \\mathrm{HalfNormal}(s)`, ``"fixed"`` :math:`\\sigma = s`.
     """
+    noise = config.noise
+    if noise == "auto":
+        noise = "known" if "noise" in data.metadata else "gamma"
     if data.task == "classification":
         likelihood: Any = "categorical"
-    elif config.noise == "gamma":
+    elif noise == "known":
+        if "noise" not in data.metadata:
+            raise ValueError(
+                f"noise='known' needs a data set that declares its noise level; "
+                f"{data.name!r} does not: use noise='gamma', 'halfnormal' or 'fixed'"
+            )
+        likelihood = NormalLikelihood(scale=float(data.metadata["noise"]) / data.y_scale)
+    elif noise == "gamma":
         likelihood = NormalLikelihood(precision=GammaPrecision(2.0, 2.0 * config.noise_scale**2))
-    elif config.noise == "halfnormal":
+    elif noise == "halfnormal":
         likelihood = NormalLikelihood(scale=dist.HalfNormal(config.noise_scale))
     else:
         likelihood = NormalLikelihood(scale=config.noise_scale)
@@ -496,7 +730,9 @@ class _Run:
     num_draws: int = 0
 
 
-def _mcmc(kernel, config: CompareConfig, num_samples: int, warmup: int, hook=None) -> MCMC:
+def _mcmc(
+    kernel, config: CompareConfig, num_samples: int, warmup: int, hook=None, **options: Any
+) -> MCMC:
     with warnings.catch_warnings():
         # On few cores Pyro runs the chains one after the other and says so.
         warnings.filterwarnings("ignore", message="num_chains=.*sequentially")
@@ -507,6 +743,7 @@ def _mcmc(kernel, config: CompareConfig, num_samples: int, warmup: int, hook=Non
             num_chains=config.chains,
             disable_progbar=not config.progress,
             hook_fn=hook,
+            **options,
         )
 
 
@@ -514,16 +751,115 @@ def _run_mcmc(mcmc: MCMC, data: Dataset) -> None:
     mcmc.run(data.x_train, data.y_train)
 
 
+def nuts_potential(
+    model: BayesianMLP, data: Dataset
+) -> tuple[Callable[[TensorDict], torch.Tensor], dict[str, Any], str]:
+    r"""The full-data potential of ``model`` in unconstrained space, for ``NUTS(potential_fn=...)``.
+
+    .. math::
+
+        U(z) = -\log p(\theta, y \mid x) - \log \left|\det \partial\theta/\partial z\right|,
+        \qquad \theta = T^{-1}(z),
+
+    with Pyro's transforms ``T`` of each site's support. The density comes from
+    :meth:`BayesianMLP.log_joint` (plain torch; for the small networks of this module it halves
+    the cost of a leapfrog step against Pyro's trace) when it agrees with the log density of the
+    model's Pyro trace at two test points, and from the trace otherwise: NUTS always samples the
+    model's own posterior. NUTS itself is Pyro's, unchanged.
+
+    Returns
+    -------
+    (potential, transforms, source)
+        ``potential`` maps a dict of unconstrained site values to :math:`U(z)`; ``transforms``
+        maps each site to the transform from constrained to unconstrained values; ``source`` is
+        ``"log_joint"`` or ``"trace"``.
+    """
+    x, y = data.x_train, data.y_train
+    start, trace_potential, transforms, _ = initialize_model(model, model_args=(x, y))
+
+    def potential(unconstrained: TensorDict) -> torch.Tensor:
+        params = {name: transforms[name].inv(value) for name, value in unconstrained.items()}
+        log_det = sum(
+            transforms[name].inv.log_abs_det_jacobian(value, params[name]).sum()
+            for name, value in unconstrained.items()
+        )
+        return -(model.log_joint(params, None, x, y) + log_det)
+
+    generator = torch.Generator().manual_seed(0)
+    shifted = {k: v + 0.5 * torch.randn(v.shape, generator=generator) for k, v in start.items()}
+    with torch.no_grad():
+        for point in (start, shifted):
+            ours, theirs = float(potential(point)), float(trace_potential(point))
+            # float32 sums of a few thousand terms: agree to ~1e-5 relative when the same
+            if not abs(ours - theirs) <= 1e-4 * max(1.0, abs(theirs)) + 1e-2:
+                return trace_potential, transforms, "trace"
+    return potential, transforms, "log_joint"
+
+
+def nuts_starts(
+    model: BayesianMLP,
+    data: Dataset,
+    potential: Callable[[TensorDict], torch.Tensor],
+    num_chains: int,
+    num_steps: int,
+) -> TensorDict:
+    """Independent starting points for ``num_chains`` NUTS chains, in unconstrained space.
+
+    Each chain starts from its own draw of Pyro's ``init_to_uniform`` (uniform on
+    :math:`[-2, 2]` in unconstrained space) and descends ``num_steps`` Adam steps (learning rate
+    0.01) on ``potential`` towards the mode nearest to it. The chains thus start in different
+    modes, as over-dispersed as before, but warm-up adapts the step size and mass matrix instead
+    of spending its draws on the descent.
+
+    Returns
+    -------
+    dict
+        One tensor per site with a leading chain dimension.
+    """
+    starts: dict[str, list[torch.Tensor]] = {}
+    for _ in range(num_chains):
+        start, _, _, _ = initialize_model(model, model_args=(data.x_train, data.y_train))
+        point = {name: value.detach().clone().requires_grad_(True) for name, value in start.items()}
+        if num_steps:
+            optimiser = torch.optim.Adam(list(point.values()), lr=0.01)
+            for _ in range(num_steps):
+                optimiser.zero_grad()
+                potential(point).backward()
+                optimiser.step()
+        for name, value in point.items():
+            starts.setdefault(name, []).append(value.detach())
+    return {name: torch.stack(values) for name, values in starts.items()}
+
+
+_POTENTIAL_SOURCES = {"log_joint": "BayesianMLP.log_joint", "trace": "the Pyro trace"}
+
+
 def _run_nuts(model, data: Dataset, config: CompareConfig) -> _Run:
     samples, warmup = config.nuts_draws()
-    kernel = NUTS(model, max_tree_depth=config.max_tree_depth, target_accept_prob=0.8)
+    potential, transforms, source = nuts_potential(model, data)
+    starts = nuts_starts(model, data, potential, config.chains, config.nuts_init_steps)
+    kernel = NUTS(
+        potential_fn=potential,
+        transforms=transforms,
+        max_tree_depth=config.max_tree_depth,
+        target_accept_prob=config.nuts_target_accept,
+    )
     collector = HMCStatsCollector()
-    mcmc = _mcmc(kernel, config, samples, warmup, hook=collector)
-    _run_mcmc(mcmc, data)
+    mcmc = _mcmc(
+        kernel,
+        config,
+        samples,
+        warmup,
+        hook=collector,
+        initial_params=starts if config.chains > 1 else {k: v[0] for k, v in starts.items()},
+        transforms=transforms,
+    )
+    mcmc.run()
     notes = (
-        f"bounded to fit the time budget: max_tree_depth={config.max_tree_depth} "
-        f"(<= {2**config.max_tree_depth - 1} leapfrog steps per draw), {samples} draws after "
-        f"{warmup} warm-up per chain"
+        f"Pyro NUTS, max_tree_depth={config.max_tree_depth} (<= "
+        f"{2**config.max_tree_depth - 1} leapfrog steps per draw), {samples} draws after {warmup} "
+        f"warm-up per chain, each chain started {config.nuts_init_steps} Adam steps from its own "
+        f"random point; potential from {_POTENTIAL_SOURCES[source]}"
     )
     return _Run(mcmc, hmc_stats=collector, notes=notes)
 
@@ -542,6 +878,7 @@ def _run_sgmcmc(method: str, model, data: Dataset, config: CompareConfig) -> _Ru
         )
     else:
         kernel = PSGLD(model, learning_rate=config.psgld_learning_rate, **common)
+    # with no learning rate the kernels adapt their step size during the warm-up draws
     mcmc = _mcmc(kernel, config, config.num_samples, config.warmup)
     _run_mcmc(mcmc, data)
     return _Run(mcmc)
@@ -558,9 +895,12 @@ def _run_svi(model, data: Dataset, config: CompareConfig) -> _Run:
         num_fits=config.chains,
         seed=config.seed,
         progress_bar=config.progress,
+        estimator="local_reparameterization",
+        num_threads=1,
     )
     notes = (
-        f"mean-field Normal guide, {config.chains} independent fit(s) of {config.svi_steps} "
+        f"mean-field Normal guide (local reparameterisation), {config.chains} independent "
+        f"fit(s) of {config.svi_steps} "
         f"Adam steps, {config.num_samples} guide draws each; R-hat compares the fits, ESS "
         "of independent draws is not shown"
     )
@@ -641,10 +981,148 @@ _RUNNERS = {
 }
 
 
+def load_data(config: CompareConfig) -> Dataset:
+    """The data of ``config``: its built-in set, or its data file read by ``load_table``.
+
+    Raises
+    ------
+    ValueError, ImportError, FileNotFoundError
+        When the data cannot be loaded (the message says why).
+    """
+    if config.data is not None:
+        return load_table(
+            config.data,
+            config.target,
+            task=config.task,
+            seed=config.seed,
+            test_fraction=config.test_fraction,
+            max_train=config.max_train,
+            max_test=config.max_test,
+        )
+    return load_dataset(
+        config.dataset,
+        seed=config.seed,
+        test_fraction=config.test_fraction,
+        max_train=config.max_train,
+        max_test=config.max_test,
+        data_dir=config.data_dir,
+    )
+
+
+@dataclass
+class MethodOutcome:
+    """What :func:`run_method` produced: the table row and, on success, the draws' products.
+
+    Attributes
+    ----------
+    result:
+        The method's row (status, wall time, metrics, diagnostics).
+    idata:
+        The exported ``InferenceData`` (``None`` if the method failed).
+    prediction, grid_prediction:
+        The posterior predictive at the test inputs and on ``data.x_grid`` (``None`` where it
+        does not apply or the method failed).
+    data:
+        The data set the method was fitted on.
+    """
+
+    result: MethodResult
+    data: Dataset
+    idata: Any = None
+    prediction: Prediction | None = None
+    grid_prediction: Prediction | None = None
+
+
+def run_method(
+    config: CompareConfig,
+    data: Dataset,
+    method: str,
+    *,
+    log: Callable[[str], None] | None = None,
+) -> MethodOutcome:
+    """Fit one method of :data:`METHODS` on ``data``, export, predict and diagnose it.
+
+    A failure of the method (it diverges, or raises) is caught and recorded in the result's
+    ``status`` and ``message``; set ``PYRO_SGMCMC_DEBUG=1`` to print its traceback.
+
+    Parameters
+    ----------
+    config:
+        The settings (model, sampler settings, seed; ``config.methods`` is not consulted).
+    data:
+        From :func:`load_data`.
+    method:
+        One of :data:`METHODS`.
+    log:
+        Called with one line of text at each phase.
+
+    Returns
+    -------
+    MethodOutcome
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    say = log or (lambda _line: None)
+    result = MethodResult(method)
+    outcome = MethodOutcome(result, data)
+    pyro.clear_param_store()
+    pyro.set_rng_seed(config.seed)
+    model = build_model(config, data)
+    began = time.perf_counter()
+    try:
+        run = _RUNNERS[method](model, data, config)
+        result.wall_time = time.perf_counter() - began
+        result.message = run.notes
+        say(f"[{method}] exporting and predicting")
+        idata = to_inference_data(
+            run.source,
+            model,
+            data.x_train,
+            data.y_train,
+            test=(data.x_test, data.y_test),
+            num_draws=max(run.num_draws, 1),
+            hmc_stats=run.hmc_stats,
+            wall_time=result.wall_time,
+            seed=config.seed,
+        )
+        idata.posterior.attrs["method"] = method
+        samples = posterior_samples(idata)
+        outcome.prediction = posterior_predictive(model, samples, data.x_test, data.y_test)
+        result.metrics = predictive_metrics(outcome.prediction, data)
+        if data.x_grid is not None:
+            outcome.grid_prediction = posterior_predictive(model, samples, data.x_grid)
+        result.diagnostics = convergence(idata, method, result.wall_time)
+        outcome.idata = idata
+    except Exception as error:  # any failure of one method is reported, the others go on
+        if math.isnan(result.wall_time):
+            result.wall_time = time.perf_counter() - began
+        result.status = "failed"
+        kind = "diverged" if isinstance(error, SamplerDivergedError) else type(error).__name__
+        result.message = f"{kind}: {error}".splitlines()[0][:300]
+        say(f"[{method}] failed: {result.message}")
+        if os.environ.get("PYRO_SGMCMC_DEBUG"):
+            traceback.print_exc()
+        return MethodOutcome(result, data)
+    say(f"[{method}] done in {result.wall_time:.1f} s")
+    return outcome
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the body with ``threads`` torch intra-op threads (``None``: unchanged), then restore."""
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def run_comparison(
     config: CompareConfig, *, log: Callable[[str], None] | None = None
 ) -> ComparisonResults:
-    """Run every method of ``config`` on its data set and write the outputs.
+    """Run every method of ``config`` on its data and write the outputs.
 
     Parameters
     ----------
@@ -660,23 +1138,21 @@ def run_comparison(
     Raises
     ------
     OSError
-        When ``config.out`` cannot be written (checked before any sampling).
+        When ``config.out`` cannot be written, or holds files no comparison wrote and
+        ``config.overwrite`` is false (:class:`FileExistsError`); checked before any sampling.
     ValueError, ImportError, FileNotFoundError
-        When the data set cannot be loaded; nothing has been sampled then.
+        When the data cannot be loaded; nothing has been sampled then.
     """
     say = log or (lambda _line: None)
     start = time.perf_counter()
     deadline = None if config.time_budget is None else start + config.time_budget
+    data = load_data(config)
+    out = None
     if config.out is not None:
-        check_output_dir(config.out)
-    data = load_dataset(
-        config.dataset,
-        seed=config.seed,
-        test_fraction=config.test_fraction,
-        max_train=config.max_train,
-        max_test=config.max_test,
-        data_dir=config.data_dir,
-    )
+        out = OutputDirectory.prepare(config.out, overwrite=config.overwrite)
+        if out.kept:
+            shown = ", ".join(out.kept[:5]) + (", ..." if len(out.kept) > 5 else "")
+            say(f"--overwrite: left in place files pyro-sgmcmc did not write: {shown}")
     if config.batch_size > data.num_train:
         say(f"batch size {config.batch_size} > N = {data.num_train}: using full batches")
     results = ComparisonResults(
@@ -687,79 +1163,124 @@ def run_comparison(
         num_test=data.num_test,
         methods=[],
     )
+    source = data.metadata.get("task_source")
     say(
-        f"{data!r}; BNN {data.num_features}-{'-'.join(map(str, config.hidden))}-"
+        f"{data!r}"
+        + (f" ({source})" if source else "")
+        + f"; BNN {data.num_features}-{'-'.join(map(str, config.hidden))}-"
         f"{data.output_dim} ({config.activation}, {config.prior} prior)"
     )
     predictions: dict[str, Prediction] = {}
     grid_predictions: dict[str, Prediction] = {}
-    for index, method in enumerate(config.methods):
-        result = MethodResult(method)
-        results.methods.append(result)
-        if deadline is not None and time.perf_counter() > deadline:
-            result.status = "skipped"
-            result.message = f"time budget of {config.time_budget:g} s spent before it started"
-            say(f"[{method}] skipped: time budget spent")
-            continue
-        say(f"[{method}] running ({index + 1}/{len(config.methods)})")
-        pyro.clear_param_store()
-        pyro.set_rng_seed(config.seed)
-        model = build_model(config, data)
-        began = time.perf_counter()
-        try:
-            run = _RUNNERS[method](model, data, config)
-            result.wall_time = time.perf_counter() - began
-            result.message = run.notes
-            say(f"[{method}] exporting and predicting")
-            idata = to_inference_data(
-                run.source,
-                model,
-                data.x_train,
-                data.y_train,
-                test=(data.x_test, data.y_test),
-                num_draws=max(run.num_draws, 1),
-                hmc_stats=run.hmc_stats,
-                wall_time=result.wall_time,
-                seed=config.seed,
-            )
-            idata.posterior.attrs["method"] = method
-            samples = posterior_samples(idata)
-            prediction = posterior_predictive(model, samples, data.x_test, data.y_test)
-            predictions[method] = prediction
-            result.metrics = predictive_metrics(prediction, data)
-            if data.x_grid is not None:
-                grid_predictions[method] = posterior_predictive(model, samples, data.x_grid)
-            result.diagnostics = convergence(idata, method, result.wall_time)
-            if config.out is not None:
-                path = config.out / f"{method}.nc"
-                idata.to_netcdf(str(path))
-                result.files.append(str(path))
-                if config.figures:
-                    result.files += plots.diagnostic_figures(idata, method, config.out)
-        except Exception as error:  # any failure of one method is reported, the others go on
-            if math.isnan(result.wall_time):
-                result.wall_time = time.perf_counter() - began
-            result.status = "failed"
-            kind = "diverged" if isinstance(error, SamplerDivergedError) else type(error).__name__
-            result.message = f"{kind}: {error}".splitlines()[0][:300]
-            say(f"[{method}] failed: {result.message}")
-            if os.environ.get("PYRO_SGMCMC_DEBUG"):
-                traceback.print_exc()
-            continue
-        say(f"[{method}] done in {result.wall_time:.1f} s")
-    results.notes.append(
-        f"seed {config.seed}; {config.chains} chain(s); SG-MCMC: {config.num_samples} draws after "
-        f"{config.warmup} warm-up per chain, {config.num_steps_per_sample} steps per draw, "
-        f"batch size {min(config.batch_size, data.num_train)} of N = {data.num_train}"
-    )
-    if config.out is not None:
-        if config.figures and predictions:
-            results.files += plots.predictive_figures(
-                data, predictions, grid_predictions, config.out
-            )
-        results.total_time = time.perf_counter() - start
-        results.files += [str(config.out / "summary.json"), str(config.out / "summary.md")]
-        (config.out / "summary.md").write_text(results.markdown())
-        (config.out / "summary.json").write_text(json.dumps(results.to_dict(), indent=2) + "\n")
+    with torch_threads(config.threads):
+        for index, method in enumerate(config.methods):
+            if deadline is not None and time.perf_counter() > deadline:
+                result = MethodResult(method, status="skipped")
+                result.message = f"time budget of {config.time_budget:g} s spent before it started"
+                results.methods.append(result)
+                say(f"[{method}] skipped: time budget spent")
+                continue
+            say(f"[{method}] running ({index + 1}/{len(config.methods)})")
+            outcome = run_method(config, data, method, log=say)
+            results.methods.append(outcome.result)
+            if outcome.idata is None:
+                continue
+            predictions[method] = outcome.prediction
+            if outcome.grid_prediction is not None:
+                grid_predictions[method] = outcome.grid_prediction
+            if out is not None:
+                _write_method(outcome, out, config.figures)
+        results.notes.append(
+            f"seed {config.seed}; {config.chains} chain(s); SG-MCMC: {config.num_samples} draws "
+            f"after {config.warmup} warm-up per chain, {config.num_steps_per_sample} steps per "
+            f"draw, batch size {min(config.batch_size, data.num_train)} of N = {data.num_train}"
+        )
+        if out is not None:
+            if config.figures and predictions:
+                name = plots.predictive_figure_name(data, grid=bool(grid_predictions))
+                out.claim(name)
+                results.files += plots.predictive_figures(
+                    data, predictions, grid_predictions, out.path
+                )
+            summary_json, summary_md = out.claim("summary.json"), out.claim("summary.md")
+            results.files += [str(summary_json), str(summary_md)]
+            results.total_time = time.perf_counter() - start
+            summary_md.write_text(results.markdown())
+            summary_json.write_text(json.dumps(results.to_dict(), indent=2) + "\n")
     results.total_time = time.perf_counter() - start
     return results
+
+
+def _write_method(outcome: MethodOutcome, out: OutputDirectory, figures: bool) -> None:
+    """Write a method's netCDF file (and figures) into ``out``, recording them first."""
+    result = outcome.result
+    path = out.claim(f"{result.method}.nc")
+    outcome.idata.to_netcdf(str(path))
+    result.files.append(str(path))
+    if figures:
+        for name in plots.diagnostic_figure_names(result.method):
+            out.claim(name)
+        result.files += plots.diagnostic_figures(outcome.idata, result.method, out.path)
+
+
+def sample_to_file(
+    config: CompareConfig,
+    method: str,
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> MethodOutcome:
+    """Fit one method on the data of ``config`` and write its ``InferenceData`` to ``path``.
+
+    The engine of ``pyro-sgmcmc sample``: the same model, settings, export and diagnostics as
+    one row of :func:`run_comparison`, written as one netCDF file.
+
+    Parameters
+    ----------
+    config:
+        The settings; ``config.out`` and ``config.methods`` are not used.
+    method:
+        One of :data:`METHODS`.
+    path:
+        The netCDF file to write (suffix ``.nc``).
+    overwrite:
+        Replace an existing file (otherwise it is refused before anything runs).
+    log:
+        Called with one line of text at each phase.
+
+    Returns
+    -------
+    MethodOutcome
+        With the written path in ``result.files`` when the method succeeded.
+
+    Raises
+    ------
+    FileExistsError
+        When ``path`` exists and ``overwrite`` is false.
+    ValueError, ImportError, FileNotFoundError, OSError
+        For an unusable ``path``, method or data; nothing has been sampled then.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    if not os.fspath(path).strip():
+        raise ValueError("output must name a netCDF file (FILE.nc), got an empty string")
+    path = Path(path)
+    if path.suffix != ".nc":
+        raise ValueError(f"output must be a netCDF file ending in .nc, got {str(path)!r}")
+    if path.is_dir():
+        raise IsADirectoryError(f"output {str(path)!r} is a directory; name a file FILE.nc")
+    if path.exists() and not overwrite:
+        raise FileExistsError(
+            f"output {str(path)!r} exists; choose another file or pass --overwrite (overwrite=True)"
+        )
+    check_output_dir(path.parent if str(path.parent) else Path("."))
+    data = load_data(config)
+    with torch_threads(config.threads):
+        outcome = run_method(config, data, method, log=log)
+    if outcome.idata is not None:
+        temporary = path.with_name(f".{path.name}.tmp")
+        outcome.idata.to_netcdf(str(temporary))
+        os.replace(temporary, path)
+        outcome.result.files.append(str(path))
+    return outcome

@@ -24,11 +24,12 @@ import math
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import arviz as az
 import numpy as np
 
-__all__ = ["ConvergenceReport", "convergence_report", "format_reports"]
+__all__ = ["ConvergenceReport", "convergence_report", "format_reports", "reports_table"]
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,8 @@ class ConvergenceReport:
     num_chains, num_draws:
         Chains and draws per chain.
     max_rhat:
-        Largest rank-normalised split :math:`\\hat R` over all scalar quantities (``nan`` with one
-        chain of fewer than 4 draws).
+        Largest rank-normalised split :math:`\\hat R` over all scalar quantities (``nan`` with a
+        single chain: R-hat compares chains).
     min_ess_bulk, min_ess_tail:
         Smallest bulk and tail ESS over all scalar quantities.
     wall_time:
@@ -137,17 +138,21 @@ def convergence_report(
         method = str(idata.posterior.attrs.get("method", "unknown"))
     num_chains, num_draws = posterior.sizes["chain"], posterior.sizes["draw"]
     with warnings.catch_warnings():
-        # ArviZ warns (and returns nan) for a single chain; the report shows nan.
         warnings.simplefilter("ignore", UserWarning)
         with np.errstate(invalid="ignore", divide="ignore"):
-            rhat = az.rhat(posterior)
+            # R-hat compares chains: with one chain ArviZ logs a warning and returns nan, so it
+            # is not asked (the report shows nan)
+            rhat = az.rhat(posterior) if num_chains > 1 else None
             ess_bulk = az.ess(posterior, method="bulk")
             ess_tail = az.ess(posterior, method="tail")
-    rhat_values = np.concatenate([np.ravel(v.values) for v in rhat.data_vars.values()])
-    finite = rhat_values[np.isfinite(rhat_values)]
-    max_rhat = float(finite.max()) if finite.size == rhat_values.size and finite.size else math.nan
-    if finite.size < rhat_values.size and finite.size and num_chains > 1:
-        max_rhat = math.inf  # a constant coordinate within chains but not across them
+    max_rhat = math.nan
+    if rhat is not None:
+        rhat_values = np.concatenate([np.ravel(v.values) for v in rhat.data_vars.values()])
+        finite = rhat_values[np.isfinite(rhat_values)]
+        if finite.size == rhat_values.size and finite.size:
+            max_rhat = float(finite.max())
+        elif finite.size:
+            max_rhat = math.inf  # a constant coordinate within chains but not across them
     min_bulk = _min_or_nan(ess_bulk)
     per_second = min_bulk / wall_time if wall_time and wall_time > 0 else math.nan
     divergences = 0
@@ -205,3 +210,26 @@ def format_reports(reports: Iterable[ConvergenceReport]) -> str:
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def reports_table(reports: Iterable[ConvergenceReport]) -> Any:
+    """The table of :func:`format_reports` as a ``pandas.DataFrame``, one row per method.
+
+    A notebook renders it as an HTML table. The columns carry the same titles as the text
+    table; values are numbers (``NaN`` where a statistic does not apply), not strings.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by method.
+    """
+    import pandas as pd  # an ArviZ dependency, imported here to keep this module light
+
+    reports = list(reports)
+    if not reports:
+        raise ValueError("reports must contain at least one ConvergenceReport")
+    rows = [
+        {title: getattr(report, attribute) for title, attribute, _ in _COLUMNS}
+        for report in reports
+    ]
+    return pd.DataFrame(rows).set_index("method")

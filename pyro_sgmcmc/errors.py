@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -81,3 +82,51 @@ class SamplerDivergedError(RuntimeError):
 class CheckpointError(ValueError):
     """A checkpoint cannot be used: not a checkpoint, another format version, damaged, or another
     model, kernel, seed, data set or run configuration. The message says which."""
+
+
+class SVIDivergedError(RuntimeError):
+    """An SVI fit produced a non-finite loss or gradient, or left a distribution's support.
+
+    Attributes
+    ----------
+    fit:
+        Index of the fit that diverged (0-based).
+    step:
+        The optimisation step that diverged, counted from 1.
+    losses:
+        The loss of every step of that fit up to and including the diverged one (whose value may
+        be NaN or infinite; NaN when the step failed before its loss was known).
+    completed_losses:
+        ``(k, num_steps)`` losses of the ``k`` fits that finished before this one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        fit: int,
+        step: int,
+        losses: np.ndarray,
+        completed_losses: np.ndarray,
+    ) -> None:
+        super().__init__(message)
+        self.fit = fit
+        self.step = step
+        self.losses = losses
+        self.completed_losses = completed_losses
+
+
+class ModelMismatchError(ValueError):
+    """The model given to the export is not the model whose draws are exported (other latent
+    sites, other shapes, or another :class:`~pyro_sgmcmc.nn.BayesianMLP`)."""
+
+
+class ModelMismatchWarning(UserWarning):
+    """The model given to the export differs from the run's model in a way that need not change
+    the density (another function or module object with the same latent sites)."""
+
+
+class SamplerWarning(UserWarning):
+    """A run whose draws should not be trusted as they are: a chain that did not move, that ran
+    far hotter than its temperature, or a classifier still at chance after warm-up. The message
+    gives the numbers and what to change."""

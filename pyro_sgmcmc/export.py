@@ -31,14 +31,17 @@ group                          content
 * NUTS / HMC (with :class:`HMCStatsCollector` as ``hook_fn``): ``step_size``,
   ``acceptance_rate`` (the Metropolis acceptance probability of the transition; for NUTS the
   average over the tree), ``lp`` (minus Pyro's potential energy: the log joint in unconstrained
-  space, log-Jacobian included) and ``diverging``. Pyro does not keep the kinetic energy of the
-  momentum, so ``energy`` (and hence ``az.bfmi``) is not available; nor is NUTS' tree depth.
-  Without the collector only ``diverging`` (from ``MCMC.diagnostics()``) is exported, and the
-  mean acceptance rate per chain goes to the attributes.
+  space, log-Jacobian included), ``energy`` (the Hamiltonian of the transition, see
+  :class:`HMCStatsCollector`; what ``az.plot_energy`` and ``az.bfmi`` read) and ``diverging``.
+  NUTS' tree depth is not available. Without the collector only ``diverging`` (from
+  ``MCMC.diagnostics()``) is exported, and the mean acceptance rate per chain goes to the
+  attributes.
 * SG-MCMC kernels: ``step_size``, ``temperature``, ``lp`` (minus the *minibatch* potential
   energy at the last gradient step of the draw: a noisy, unbiased estimate) and ``diverging``.
 * SVI: ``lp``, the full-data log joint :math:`\log p(\theta) + \sum_i \log p(y_i\mid\theta)` in
-  constrained space (no Jacobian), computed in the same pass as the log-likelihood.
+  constrained space (no Jacobian), computed in the same pass as the log-likelihood; with a
+  learnable prior (``fit_svi(prior=...)``) each fit's fitted prior.
+* a chains source (:func:`~pyro_sgmcmc.run_chains`): the statistics it recorded.
 * any other ``MCMCKernel``: ``diverging`` if it reports ``divergences``, and every diagnostic that
   is an array with one entry per draw.
 
@@ -51,10 +54,31 @@ log-likelihood, and a fresh predictive sample. Rows are processed in chunks of `
 conditioning the data plate's index site on each chunk, as the kernels do with minibatches (the
 ``N/B`` scale Pyro then applies is ignored: the unscaled ``fn.log_prob`` is used). Batch dimensions
 of an observation other than the plate's are summed, so there is one value per row of the plate,
-which is what ``az.loo`` needs. A model with a method
+which is what ``az.loo`` needs. The values are stored in ``float64`` whatever the model's dtype:
+ArviZ runs its Pareto smoothing in the dtype of the array, and a ``float32`` SGHMC export was
+reported to give NaN in ``az.loo`` / ``az.compare`` where the same values in ``float64`` did not.
+A model that does not index its data with the plate's indices (``pyro.plate("data",
+len(x))`` with ``obs=y``) is chunked by slicing its row-aligned tensor arguments instead (every
+tensor argument whose first dimension has ``N`` rows). A model with a method
 ``pointwise_log_likelihood(params, subsample, *args, **kwargs)`` (returning a tensor of shape
 ``(B,)``, or a mapping from observed-site name to such tensors) is used instead of the trace for
 the log-likelihood (the *fast path*). Nothing is ever dropped silently: a failure raises.
+
+Checks
+------
+The draws must be draws of the model's latent sites: a site the model samples but the draws lack
+(it would be redrawn from its prior for every draw), a draw of a site the model does not have,
+or a shape that differs raises :class:`ModelMismatchError`. The posterior attributes keep a
+fingerprint of the model (``model``: for a :class:`~pyro_sgmcmc.nn.BayesianMLP` its
+architecture, activation, prior, likelihood and temperature; for another ``torch.nn.Module`` its
+class and ``repr``; for a function its qualified name and a hash of its code). When the model
+passed differs from the model of the run (another object) with another fingerprint, the export
+raises :class:`ModelMismatchError` for two ``BayesianMLP`` (whose fingerprint determines the
+density), and warns otherwise (a different function or module can compute the same density,
+e.g. a subclass that adds a fast path); ``check_model=False`` turns this check off. Observed values
+outside the support of their distribution (a class label outside ``[0, K)``), NaN or infinite
+values, and a test set whose columns differ from the training data's are refused with a
+``ValueError`` that names ``test`` (or the training arguments).
 
 Moving to ArviZ 1.x
 -------------------
@@ -71,6 +95,7 @@ there too. Nothing in the kernels needs to change.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 import re
@@ -83,15 +108,27 @@ import numpy as np
 import torch
 import xarray as xr
 from pyro import poutine
+from pyro.distributions import constraints as dist_constraints
 from pyro.infer import MCMC
 from pyro.infer.mcmc import HMC
+from pyro.poutine.messenger import unwrap
 from pyro.poutine.util import site_is_subsample
 
-from ._validation import check_positive_int
+from ._validation import as_tensor_arguments, check_positive_int
+from .errors import ModelMismatchError, ModelMismatchWarning
 from .kernels.base import StochasticGradientKernel
+from .nn.mlp import ACTIVATIONS, BayesianMLP
 from .svi import SVIResult, global_param_mode
 
-__all__ = ["HMCStatsCollector", "build_groups", "to_datatree", "to_inference_data"]
+__all__ = [
+    "HMCStatsCollector",
+    "ModelMismatchError",
+    "ModelMismatchWarning",
+    "build_groups",
+    "model_fingerprint",
+    "to_datatree",
+    "to_inference_data",
+]
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -99,6 +136,28 @@ TensorDict = dict[str, torch.Tensor]
 # ---------------------------------------------------------------------------------------------
 # per-draw statistics of Pyro's HMC and NUTS
 # ---------------------------------------------------------------------------------------------
+class _MomentumProbe:
+    """Stands in for an HMC/NUTS kernel's ``_sample_r``: records the Hamiltonian at the start of
+    each transition, :math:`U(q) + K(r)`, with the freshly drawn momentum (picklable, so that a
+    probed kernel can still be sent to worker processes)."""
+
+    def __init__(self, kernel: HMC, collector: HMCStatsCollector) -> None:
+        sample_r = kernel._sample_r
+        # another collector's probe: wrap what it wraps, not the probe
+        self.sample_r = sample_r.sample_r if isinstance(sample_r, _MomentumProbe) else sample_r
+        self.kernel = kernel
+        self.collector = collector
+
+    def __call__(self, name: str) -> Any:
+        r, r_unscaled = self.sample_r(name)
+        # "r_t=<t>" is the momentum of transition t; "r_presample_<k>" the step-size search's
+        if name.startswith("r_t="):
+            potential = self.kernel._potential_energy_last
+            kinetic = self.kernel._kinetic_energy(r_unscaled)
+            self.collector._pending_energy = float(potential + kinetic)
+        return r, r_unscaled
+
+
 class HMCStatsCollector:
     r"""A ``hook_fn`` for ``pyro.infer.MCMC`` that records per-draw HMC / NUTS statistics.
 
@@ -107,6 +166,24 @@ class HMCStatsCollector:
     ``lp``), whether the transition diverged, and the acceptance probability, recovered from
     Pyro's running mean :math:`\bar a_n = \bar a_{n-1} + (a_n - \bar a_{n-1})/n` as
     :math:`a_n = n\bar a_n - (n-1)\bar a_{n-1}`.
+
+    ``energy`` is the Hamiltonian
+
+    .. math::
+
+        H_n = U(q_{n-1}) + \tfrac12\, r_n^\top M^{-1} r_n ,
+
+    at the start of transition :math:`n`: the potential energy of the previous state plus the
+    kinetic energy of the momentum :math:`r_n \sim \mathcal N(0, M)` just drawn (Pyro's
+    ``energy_current``, whose conservation along the trajectory the Metropolis or slice step
+    tests). Pyro keeps no momentum after a transition, so on its first call the collector wraps
+    the kernel's momentum draw (``_sample_r``) to read it; the first warm-up transition of a
+    kernel, which happens before that call, has no energy, the ones after do. Stan and PyMC
+    report the Hamiltonian at the selected state of the trajectory instead; the two differ by the
+    integrator's energy error at that state (small unless the transition diverges), and the
+    energy-transition statistics computed from either estimate the same E-BFMI
+    :math:`\sum_n (H_n - H_{n-1})^2 / \sum_n (H_n - \bar H)^2` (Betancourt 2016), which
+    ``az.bfmi`` and ``az.plot_energy`` read.
 
     Chains run in worker processes (``num_chains <= cpu_count - 1``) call the hook in the worker,
     so nothing is recorded; pass ``mp_context`` and run them sequentially (or on a machine with
@@ -118,15 +195,23 @@ class HMCStatsCollector:
     >>> mcmc = MCMC(NUTS(model), 200, warmup_steps=200, hook_fn=collector)   # doctest: +SKIP
     >>> mcmc.run(x, y)                                        # doctest: +SKIP
     >>> idata = to_inference_data(mcmc, model, x, y, hmc_stats=collector)  # doctest: +SKIP
+
+    References
+    ----------
+    M. Betancourt, "Diagnosing suboptimal cotangent disintegrations in Hamiltonian Monte Carlo",
+    arXiv:1604.00695, 2016.
     """
 
-    _FIELDS = ("step_size", "acceptance_rate", "lp", "diverging")
+    _FIELDS = ("step_size", "acceptance_rate", "lp", "energy", "diverging")
 
     def __init__(self, hook: Callable[..., Any] | None = None) -> None:
+        if hook is not None and not callable(hook):
+            raise TypeError(f"hook must be callable or None, got {hook!r}")
         self.hook = hook
         self.chains: list[dict[str, list]] = []
         self._previous_mean = 0.0
         self._last_stage = ""
+        self._pending_energy = math.nan
 
     def _chain_for(self, stage: str, i: int) -> dict[str, list] | None:
         match = re.search(r"\[(\d+)\]", stage)
@@ -145,6 +230,10 @@ class HMCStatsCollector:
     def __call__(self, kernel: Any, params: Mapping[str, torch.Tensor], stage: str, i: int) -> None:
         chain = self._chain_for(stage, i)
         self._last_stage = stage
+        if isinstance(kernel, HMC):
+            probe = kernel.__dict__.get("_sample_r")
+            if not (isinstance(probe, _MomentumProbe) and probe.collector is self):
+                kernel._sample_r = _MomentumProbe(kernel, self)
         if stage.startswith("Sample") and isinstance(kernel, HMC):
             n = i + 1
             mean = float(kernel._mean_accept_prob)
@@ -154,22 +243,38 @@ class HMCStatsCollector:
             chain["step_size"].append(float(kernel.step_size))
             energy = getattr(kernel, "_potential_energy_last", None)
             chain["lp"].append(-float(energy) if energy is not None else math.nan)
+            chain["energy"].append(self._pending_energy)
             divergences = getattr(kernel, "_divergences", [])
             chain["diverging"].append(bool(divergences) and divergences[-1] == i)
+        self._pending_energy = math.nan
         if self.hook is not None:
             self.hook(kernel, params, stage, i)
 
     def stats(self, num_chains: int, num_draws: int) -> dict[str, np.ndarray] | None:
-        """The statistics as ``(chain, draw)`` arrays, or ``None`` if they are incomplete."""
+        """The statistics as ``(chain, draw)`` arrays, or ``None`` if they are incomplete.
+
+        ``energy`` is left out (with a warning) if a draw lacks it: with ``warmup_steps=0`` the
+        first draw of the first chain precedes the collector's first call.
+        """
         chains = [c for c in self.chains if c["step_size"]]
         if len(chains) != num_chains or any(len(c["step_size"]) != num_draws for c in chains):
             return None
-        return {
+        stats = {
             field: np.asarray(
                 [c[field] for c in chains], dtype=bool if field == "diverging" else float
             )
             for field in self._FIELDS
         }
+        if not np.isfinite(stats["energy"]).all():
+            missing = int((~np.isfinite(stats["energy"])).sum())
+            warnings.warn(
+                f"HMCStatsCollector: {missing} draw(s) have no energy (the collector first sees "
+                "a kernel after its first transition; use warmup_steps >= 1); exporting without "
+                "`energy`",
+                stacklevel=3,
+            )
+            del stats["energy"]
+        return stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,6 +371,221 @@ def _rows_log_prob(site: Mapping[str, Any], obs: torch.Tensor, frame: Any) -> to
     return moved.reshape(moved.shape[0], -1).sum(-1)
 
 
+class _DataError(ValueError):
+    """A data problem the export found and described itself (not wrapped again)."""
+
+
+def _activation_name(activation: Callable[..., Any]) -> str:
+    for name, fn in ACTIVATIONS.items():
+        if fn is activation:
+            return name
+    return model_fingerprint(activation)  # a user's callable: its name and a hash of its code
+
+
+def model_fingerprint(model: Callable[..., Any]) -> str:
+    """A text that identifies what ``model`` computes, as far as it can be read off the object.
+
+    * :class:`~pyro_sgmcmc.nn.BayesianMLP`: its ``repr`` (layer sizes, likelihood, prior,
+      likelihood temperature) and its activation: everything its density depends on.
+    * another ``torch.nn.Module``: its class and ``repr`` (sub-modules and their sizes).
+    * a function: its qualified name and a hash of its byte code, constants and names.
+    * a function wrapped in Pyro handlers: ``wrapped`` and the fingerprint of the function.
+    """
+    if isinstance(model, BayesianMLP):
+        return f"{model!r} activation={_activation_name(model.activation)}"
+    if isinstance(model, torch.nn.Module):
+        return f"{type(model).__module__}.{type(model).__qualname__}: {model!r}"
+    base = unwrap(model)
+    if base is not model:
+        return f"wrapped {model_fingerprint(base)}"
+    code = getattr(model, "__code__", None)
+    name = f"{getattr(model, '__module__', '?')}.{getattr(model, '__qualname__', repr(model))}"
+    if code is None:
+        return name
+    text = code.co_code + repr((code.co_consts, code.co_names)).encode()
+    digest = hashlib.sha256(text).hexdigest()[:12]
+    return f"{name} (code {digest})"
+
+
+def _latent_shapes(model, args, kwargs) -> dict[str, tuple[int, ...]]:
+    """Shape of one draw of each latent site the model samples (enumerated sites left out)."""
+    with torch.no_grad():
+        trace = poutine.trace(model).get_trace(*args, **kwargs)
+    return {
+        name: tuple(site["value"].shape)
+        for name, site in trace.nodes.items()
+        if site["type"] == "sample"
+        and not site["is_observed"]
+        and not site_is_subsample(site)
+        and not site["infer"].get("enumerate")
+    }
+
+
+def _check_draws_match_model(model, samples: Mapping[str, torch.Tensor], args, kwargs) -> None:
+    """Refuse draws that are not draws of ``model``'s latent sites (names and shapes)."""
+    expected = _latent_shapes(model, args, kwargs)
+    missing = sorted(set(expected) - set(samples))
+    unknown = sorted(set(samples) - set(expected))
+    wrong = {
+        name: (tuple(samples[name].shape[2:]), shape)
+        for name, shape in expected.items()
+        if name in samples and tuple(samples[name].shape[2:]) != shape
+    }
+    if not (missing or unknown or wrong):
+        return
+    problems = []
+    if missing:
+        problems.append(
+            f"the model samples {missing}, which the draws lack (they would be redrawn from the "
+            "prior for every draw)"
+        )
+    if unknown:
+        problems.append(f"the draws hold {unknown}, which the model does not sample")
+    for name, (got, want) in wrong.items():
+        problems.append(f"site {name!r} has draws of shape {got}, the model's has shape {want}")
+    raise ModelMismatchError(
+        "the model is not the model of these draws: " + "; ".join(problems) + ". Pass the model "
+        "the inference ran on (and all its sites: no MCMC save_params subset)."
+    )
+
+
+def _check_same_model(model, source_model) -> None:
+    """Refuse (BayesianMLP) or warn about a model other than the run's with another fingerprint."""
+    if source_model is None or model is source_model:
+        return
+    given, original = model_fingerprint(model), model_fingerprint(source_model)
+    if given == original:
+        return
+    message = (
+        f"the model passed ({given}) differs from the model of the run ({original}); the "
+        "log-likelihood and predictive groups are computed with the model passed"
+    )
+    if isinstance(model, BayesianMLP) and isinstance(source_model, BayesianMLP):
+        raise ModelMismatchError(
+            f"{message}, which for two BayesianMLP means another density. Pass the run's model, "
+            "or check_model=False if this is intended."
+        )
+    warnings.warn(
+        f"{message}; pass check_model=False if this is intended.",
+        ModelMismatchWarning,
+        stacklevel=5,
+    )
+
+
+def _check_finite(label: str, values: tuple, kwargs: Mapping[str, Any]) -> None:
+    """Refuse empty tensors and NaN or infinite values in ``label`` (``args`` or ``test``)."""
+    keywords = "model_kwargs" if label == "args" else f"{label}_kwargs"
+    named = [(f"{label}[{i}]", v) for i, v in enumerate(values)]
+    named += [(f"{keywords}[{k!r}]", v) for k, v in kwargs.items()]
+    for name, value in named:
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.numel() == 0:
+            raise _DataError(f"{name} is an empty tensor (shape {tuple(value.shape)})")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).sum())
+            raise _DataError(
+                f"{name} contains {bad} NaN or infinite value(s) of {value.numel()}; clean or "
+                "impute the data before exporting"
+            )
+
+
+def _check_test_like_training(model, test: tuple, args: tuple) -> None:
+    """Every test tensor must have the training tensor's dimensions apart from the rows."""
+    names = _argument_names(model, len(args))
+    for i, (value, train) in enumerate(zip(test, args, strict=False)):
+        if not (isinstance(value, torch.Tensor) and isinstance(train, torch.Tensor)):
+            continue
+        if value.dim() != train.dim() or value.shape[1:] != train.shape[1:]:
+            raise _DataError(
+                f"test[{i}] has shape {tuple(value.shape)} but the training argument "
+                f"{names[i]!r} has shape {tuple(train.shape)}: every dimension but the first "
+                "(the rows) must agree"
+            )
+
+
+def _check_support(label: str, name: str, site: Mapping[str, Any], obs: torch.Tensor) -> None:
+    """Refuse observed values outside the support of their distribution (e.g. a class label
+    outside ``[0, K)`` for a Categorical)."""
+    fn = site["fn"]
+    try:
+        inside = fn.support.check(obs)
+    except (RuntimeError, ValueError, TypeError, NotImplementedError):
+        return
+    if bool(torch.as_tensor(inside).all()):
+        return
+    outside = ~torch.as_tensor(inside)
+    values = obs[outside] if outside.shape == obs.shape else obs
+    example = values.reshape(-1)[:3].tolist()
+    hint = ""
+    if isinstance(fn.support, dist_constraints.integer_interval):
+        hint = " (class labels must be integers in [0, K) for K classes)"
+    raise _DataError(
+        f"{label}: the observed site {name!r} has {int(outside.sum())} value(s) outside the "
+        f"support {fn.support} of its {type(fn).__name__} distribution{hint}, e.g. {example}"
+    )
+
+
+def _rows_along_plate(site: Mapping[str, Any], frame: Any) -> int:
+    value = site["value"]
+    dim = frame.dim - site["fn"].event_dim
+    return 1 if value.dim() < -dim else int(value.shape[dim])
+
+
+def _observed_rows(trace: Any, plate_name: str) -> dict[str, int]:
+    rows = {}
+    for name, site in trace.nodes.items():
+        if site["type"] != "sample" or site_is_subsample(site) or not site["is_observed"]:
+            continue
+        frame = _plate_frame(site, plate_name)
+        if frame is not None:
+            rows[name] = _rows_along_plate(site, frame)
+    return rows
+
+
+def _slice_rows(args: tuple, kwargs: Mapping[str, Any], rows: torch.Tensor, num_rows: int):
+    """The arguments with every tensor of ``num_rows`` rows restricted to ``rows``."""
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == num_rows:
+            return value.index_select(0, rows.to(value.device))
+        return value
+
+    return tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()}
+
+
+def _chunk_mode(model, latents, args, kwargs, plate_name, rows, num_rows, chunk_size) -> str:
+    """How to restrict the model to a chunk of rows: ``"condition"`` the plate's index site (a
+    model that indexes its data with the plate's indices) or ``"slice"`` its row-aligned tensor
+    arguments (a model that sizes its plate from the data and observes ``obs=y``)."""
+    with torch.no_grad():
+        try:
+            trace = poutine.trace(
+                poutine.condition(model, data={**latents, plate_name: rows})
+            ).get_trace(*args, **kwargs)
+            if all(n in (1, len(rows)) for n in _observed_rows(trace, plate_name).values()):
+                return "condition"
+        except (RuntimeError, ValueError, IndexError):
+            pass
+        sliced_args, sliced_kwargs = _slice_rows(args, kwargs, rows, num_rows)
+        try:
+            trace = poutine.trace(poutine.condition(model, data=latents)).get_trace(
+                *sliced_args, **sliced_kwargs
+            )
+            plate = trace.nodes.get(plate_name)
+            observed = _observed_rows(trace, plate_name).values()
+            if plate is not None and int(plate["fn"].size) == len(rows) and observed:
+                if all(n in (1, len(rows)) for n in observed):
+                    return "slice"
+        except (RuntimeError, ValueError, IndexError):
+            pass
+    raise ValueError(
+        f"chunk_size={chunk_size}: the model's rows cannot be split into chunks, neither by "
+        f"conditioning the indices of the plate {plate_name!r} nor by slicing its tensor "
+        f"arguments with {num_rows} rows; pass chunk_size=None"
+    )
+
+
 class _Pass:
     """Outputs of one pass over the draws for one data set (training or test)."""
 
@@ -305,17 +625,33 @@ def _run_pass(
     want_predictive: bool,
     want_log_joint: bool,
     use_fast_path: bool,
+    label: str = "the training data",
+    chain_models: Sequence[Callable[..., Any]] | None = None,
 ) -> _Pass:
-    """Trace the model once per draw (and row chunk); see the module docstring."""
+    """Trace the model once per draw (and row chunk); see the module docstring.
+
+    ``chain_models[c]`` replaces ``model`` in the traces of chain ``c`` (an SVI fit's model with
+    its fitted prior); ``label`` names the data in error messages.
+    """
     result = _Pass()
     num_chains, num_draws = next(iter(draws.values())).shape[:2]
     first = {name: value[0, 0] for name, value in draws.items()}
     num_rows = _data_plate_size(model, first, args, kwargs, plate_name)
     chunks = _row_chunks(num_rows, chunk_size)
+    mode = (
+        "full"
+        if chunks == [None]
+        else _chunk_mode(model, first, args, kwargs, plate_name, chunks[0], num_rows, chunk_size)
+    )
+    chunk_arguments = [
+        (args, kwargs) if mode != "slice" else _slice_rows(args, kwargs, rows, num_rows)
+        for rows in chunks
+    ]
     fast = use_fast_path and want_log_likelihood and hasattr(model, "pointwise_log_likelihood")
     trace_for_log_lik = want_log_likelihood and not fast
     need_trace = want_predictive or trace_for_log_lik or want_log_joint
     for c in range(num_chains):
+        chain_model = model if chain_models is None else chain_models[c]
         for s in range(num_draws):
             latents = {name: value[c, s] for name, value in draws.items()}
             log_lik_parts: dict[str, list[torch.Tensor]] = {}
@@ -333,12 +669,13 @@ def _run_pass(
                 if not need_trace:
                     continue
                 data = dict(latents)
-                if rows is not None:
+                if mode == "condition":
                     data[plate_name] = rows
+                call_args, call_kwargs = chunk_arguments[k]
                 with torch.no_grad():
                     trace = poutine.trace(
-                        poutine.condition(poutine.uncondition(model), data=data)
-                    ).get_trace(*args, **kwargs)
+                        poutine.condition(poutine.uncondition(chain_model), data=data)
+                    ).get_trace(*call_args, **call_kwargs)
                 for name, site in trace.nodes.items():
                     if site["type"] != "sample" or site_is_subsample(site):
                         continue
@@ -364,6 +701,8 @@ def _run_pass(
                         if want_predictive:
                             predictive_parts.setdefault(name, []).append(obs)
                         continue
+                    if c == 0 and s == 0:
+                        _check_support(label, name, site, obs)
                     if trace_for_log_lik or want_log_joint:
                         rows_lp = _rows_log_prob(site, obs, frame)
                         if trace_for_log_lik:
@@ -374,7 +713,9 @@ def _run_pass(
                     if c == 0 and s == 0:
                         observed_parts.setdefault(name, []).append(obs)
             for name, parts in log_lik_parts.items():
-                result.log_likelihood.setdefault(name, []).append(_numpy(torch.cat(parts)))
+                # float64: az.loo / az.compare lose the log-likelihood's precision in float32
+                values = torch.cat([part.reshape(-1) for part in parts]).double()
+                result.log_likelihood.setdefault(name, []).append(_numpy(values))
             for name, parts in predictive_parts.items():
                 axis = result.plate_axis[name]
                 joined = parts[0] if axis is None else torch.cat(parts, dim=axis)
@@ -505,7 +846,53 @@ def _svi_source(fits: Any, num_draws: int, seed: int | None) -> tuple[TensorDict
     if not isinstance(fits, SVIResult):
         raise TypeError(f"expected an SVIResult, got {type(fits).__name__}")
     samples = fits.sample_posterior(num_draws, seed=seed)
-    return samples, {"method": "SVI", "svi_estimator": fits.estimator}
+    attrs: dict[str, Any] = {"method": "SVI", "svi_estimator": fits.estimator}
+    values = fits.prior_values()
+    if values is not None:
+        for key in ("mixture_weight", "scale1", "scale2"):
+            attrs[f"svi_prior_{key}"] = [v[key] for v in values]
+    return samples, attrs
+
+
+#: The attributes a chains source (the vectorised runner's result) must have.
+CHAINS_SOURCE_ATTRIBUTES = ("samples", "sample_stats", "model", "args", "kwargs")
+
+
+def _is_chains_source(source: Any) -> bool:
+    return all(hasattr(source, name) for name in CHAINS_SOURCE_ATTRIBUTES)
+
+
+def _chains_source(source: Any) -> tuple[TensorDict, dict[str, np.ndarray], dict[str, Any]]:
+    """Draws, statistics and attributes of a chains source (duck-typed, see build_groups)."""
+    samples = source.samples
+    if not isinstance(samples, Mapping) or not samples:
+        raise ValueError(
+            "source.samples must be a non-empty dict from site name to a tensor of shape "
+            f"(chain, draw, ...), got {type(samples).__name__}"
+        )
+    shapes = {}
+    for name, value in samples.items():
+        if not isinstance(value, torch.Tensor) or value.dim() < 2:
+            raise ValueError(
+                f"source.samples[{name!r}] must be a torch.Tensor of shape (chain, draw, ...), "
+                f"got {type(value).__name__} {tuple(getattr(value, 'shape', ()))}"
+            )
+        shapes[name] = tuple(value.shape[:2])
+    leading = next(iter(shapes.values()))
+    if any(shape != leading for shape in shapes.values()):
+        raise ValueError(f"source.samples disagree on (chain, draw): {shapes}")
+    stats = {}
+    for name, value in dict(source.sample_stats or {}).items():
+        array = np.asarray(_numpy(value))
+        if array.shape != leading:
+            raise ValueError(
+                f"source.sample_stats[{name!r}] must have shape (chain, draw) = {leading}, got "
+                f"{array.shape}"
+            )
+        stats[name] = array
+    attrs = dict(getattr(source, "attrs", None) or {})
+    attrs.setdefault("method", type(source).__name__)
+    return dict(samples), stats, attrs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -530,8 +917,16 @@ def build_groups(
     use_fast_path: bool = True,
     seed: int | None = 0,
     dims: Mapping[str, Sequence[str]] | None = None,
+    check_model: bool = True,
 ) -> dict[str, xr.Dataset]:
-    """The groups of :func:`to_inference_data` as a dict of ``xarray.Dataset`` (same arguments)."""
+    """The groups of :func:`to_inference_data` as a dict of ``xarray.Dataset`` (same arguments).
+
+    Besides ``pyro.infer.MCMC`` runs and :class:`~pyro_sgmcmc.svi.SVIResult` fits, ``source``
+    may be any object with the attributes ``samples`` (site name to constrained draws shaped
+    ``(chain, draw, ...)``), ``sample_stats`` (name to an array shaped ``(chain, draw)``),
+    ``model``, ``args``, ``kwargs`` and optionally ``attrs`` (extra posterior attributes), such
+    as the result of :func:`~pyro_sgmcmc.run_chains`.
+    """
     if not isinstance(plate_name, str) or not plate_name:
         raise ValueError(f"plate_name must be a non-empty string, got {plate_name!r}")
     if chunk_size is not None:
@@ -540,13 +935,21 @@ def build_groups(
         raise ValueError(f"wall_time must be a number of seconds >= 0, got {wall_time!r}")
     if test is not None and not isinstance(test, tuple):
         raise ValueError(f"test must be a tuple of model arguments, got {type(test).__name__}")
+    if hmc_stats is not None and not isinstance(hmc_stats, HMCStatsCollector):
+        raise TypeError(
+            "hmc_stats must be the pyro_sgmcmc.export.HMCStatsCollector passed as hook_fn to "
+            f"MCMC, or None; got {hmc_stats!r} ({type(hmc_stats).__name__})"
+        )
+    if not isinstance(check_model, bool):
+        raise TypeError(f"check_model must be True or False, got {check_model!r}")
     dims = dict(dims or {})
     kwargs = dict(model_kwargs or {})
     extra_groups: dict[str, xr.Dataset] = {}
+    chain_models = None
 
     if isinstance(source, MCMC):
         samples, stats, attrs = _mcmc_source(source, hmc_stats)
-        model = model if model is not None else source.kernel.model
+        source_model = source.kernel.model
         if not args and not kwargs:
             args = tuple(getattr(source, "_args", ()))
             kwargs = dict(getattr(source, "_kwargs", {}) or {})
@@ -554,7 +957,9 @@ def build_groups(
         num_draws = check_positive_int("num_draws", num_draws)
         samples, attrs = _svi_source(source, num_draws, seed)
         stats = {}
-        model = model if model is not None else source.model
+        source_model = source.model
+        if source.prior_parameters is not None:
+            chain_models = [source.fitted_model(k) for k in range(source.num_fits)]
         if not args and not kwargs:
             args, kwargs = tuple(source.args), dict(source.kwargs)
         wall_time = source.wall_time if wall_time is None else wall_time
@@ -564,23 +969,41 @@ def build_groups(
             {},
             attrs={"description": "negative ELBO estimate per optimisation step"},
         )
+    elif _is_chains_source(source):
+        samples, stats, attrs = _chains_source(source)
+        source_model = source.model
+        if not args and not kwargs:
+            args, kwargs = tuple(source.args), dict(source.kwargs or {})
     else:
         raise TypeError(
-            "source must be a pyro.infer.MCMC run or a pyro_sgmcmc.svi.SVIResult, got "
+            "source must be a pyro.infer.MCMC run, a pyro_sgmcmc.svi.SVIResult or a chains "
+            f"result with the attributes {', '.join(CHAINS_SOURCE_ATTRIBUTES)}; got "
             f"{type(source).__name__}"
         )
+    if model is None:
+        model = source_model
     if model is None or not callable(model):
         raise ValueError("model must be the Pyro model that produced the result")
+    if chain_models is not None and model is not source_model:
+        chain_models = None  # another model object: trace the model given, as for other sources
+    args, kwargs = as_tensor_arguments(tuple(args), kwargs)
+    if test is not None:
+        test, test_kwargs = as_tensor_arguments(test, dict(test_kwargs or {}))
 
     samples = {name: value.detach() for name, value in samples.items()}
+    _check_finite("args", args, kwargs)
+    _check_draws_match_model(model, samples, args, kwargs)
+    if check_model:
+        _check_same_model(model, source_model)
     num_chains, draws_per_chain = next(iter(samples.values())).shape[:2]
+    attrs.setdefault("inference_library", "pyro")
     attrs.update(
         {
-            "inference_library": "pyro",
             "inference_library_version": __import__("pyro").__version__,
             "creator": "pyro_sgmcmc.export",
             "num_chains": int(num_chains),
             "num_draws": int(draws_per_chain),
+            "model": model_fingerprint(model),
         }
     )
     if wall_time is not None:
@@ -605,19 +1028,18 @@ def build_groups(
             want_predictive=posterior_predictive,
             want_log_joint=isinstance(source, SVIResult),
             use_fast_path=use_fast_path,
+            label="the training data (args)",
+            chain_models=chain_models,
         )
         if test is not None:
-            test_pass = _run_pass(
+            test_pass = _test_pass(
                 model,
                 samples,
                 test,
-                dict(test_kwargs or {}),
+                test_kwargs,
+                args,
                 plate_name=plate_name,
                 chunk_size=chunk_size,
-                want_log_likelihood=False,
-                want_predictive=True,
-                want_log_joint=False,
-                use_fast_path=False,
             )
     axis_names = _axis_names(train.plate_axis, plate_name)
     if train.log_joint:
@@ -695,6 +1117,37 @@ def build_groups(
     return groups
 
 
+def _test_pass(model, samples, test, test_kwargs, args, *, plate_name, chunk_size) -> _Pass:
+    """The predictive pass on ``test``, with the test set checked first and the model's own
+    failures on it reported as a ``ValueError`` naming ``test`` (not a tensor dump)."""
+    test_kwargs = dict(test_kwargs or {})
+    _check_finite("test", test, test_kwargs)
+    _check_test_like_training(model, test, args)
+    try:
+        return _run_pass(
+            model,
+            samples,
+            test,
+            test_kwargs,
+            plate_name=plate_name,
+            chunk_size=chunk_size,
+            want_log_likelihood=False,
+            want_predictive=True,
+            want_log_joint=False,
+            use_fast_path=False,
+            label="test",
+        )
+    except _DataError:
+        raise
+    except (RuntimeError, ValueError, IndexError, TypeError) as error:
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in test]
+        raise ValueError(
+            f"the model fails on the test set test= (shapes {shapes}): "
+            f"{type(error).__name__}: {first_line}"
+        ) from error
+
+
 def _leading_plate_axis(
     variables: Mapping[str, np.ndarray], num_rows: int, plate_name: str
 ) -> dict[str, dict[int, str]]:
@@ -737,6 +1190,7 @@ def to_inference_data(
     use_fast_path: bool = True,
     seed: int | None = 0,
     dims: Mapping[str, Sequence[str]] | None = None,
+    check_model: bool = True,
 ) -> az.InferenceData:
     r"""Convert an MCMC run or an SVI fit into an ``arviz.InferenceData``.
 
@@ -750,14 +1204,19 @@ def to_inference_data(
     model:
         The model; defaults to ``mcmc.kernel.model`` or ``result.model``.
     *args, model_kwargs:
-        The model's training arguments (full data); default to those of the run.
+        The model's training arguments (full data); default to those of the run. NumPy arrays
+        and lists of numbers are converted to tensors
+        (:func:`~pyro_sgmcmc._validation.as_tensor_arguments`).
     test, test_kwargs:
         Positional (and keyword) model arguments of a test set, e.g. ``(x_test, y_test)`` or
-        ``(x_test,)``: fills ``predictions`` and ``predictions_constant_data``.
+        ``(x_test,)``: fills ``predictions`` and ``predictions_constant_data``. Each tensor must
+        have the training tensor's dimensions but the rows, finite values, and observed values
+        in the support of their distribution.
     num_draws:
         Draws per SVI fit, an integer >= 1 (ignored for MCMC).
     hmc_stats:
-        The :class:`HMCStatsCollector` passed as ``hook_fn`` to ``MCMC`` for NUTS/HMC.
+        The :class:`HMCStatsCollector` passed as ``hook_fn`` to ``MCMC`` for NUTS/HMC (any other
+        object is a ``TypeError``).
     wall_time:
         Seconds the inference took; stored as the ``sampling_time`` attribute (used for ESS per
         second by :func:`pyro_sgmcmc.diagnostics.convergence_report`). SVI fits record their own.
@@ -767,6 +1226,8 @@ def to_inference_data(
         Name of the data plate; also the name of the observation dimension.
     chunk_size:
         Rows of the data plate per trace (``None``: all at once); bounds memory for large data.
+        Works for models that index their data with the plate's indices and for models that size
+        the plate from the data (``obs=y``; their row-aligned tensor arguments are sliced).
     use_fast_path:
         Use the model's ``pointwise_log_likelihood`` method for ``log_likelihood`` if it has one.
     seed:
@@ -775,6 +1236,10 @@ def to_inference_data(
     dims:
         Dimension names (without ``chain``/``draw``) per variable, overriding the defaults
         ``<name>_dim_<k>`` and ``plate_name`` for the plate axis.
+    check_model:
+        Compare the fingerprint of ``model`` with the run's model when they are different
+        objects (module docstring, "Checks"); ``False`` skips this comparison (never the check
+        of the latent sites).
 
     Returns
     -------
@@ -783,8 +1248,15 @@ def to_inference_data(
 
     Raises
     ------
+    ModelMismatchError
+        When ``model`` does not have the draws' latent sites and shapes, or is another
+        ``BayesianMLP`` than the run's.
     ValueError
-        On invalid arguments, or a model without observed sites.
+        On invalid arguments, a model without observed sites, data with NaN or infinite values,
+        observed values outside their distribution's support (e.g. labels outside the classes), a
+        test set whose columns differ from the training data's, or a model that fails on it.
+    TypeError
+        For an unknown source or an ``hmc_stats`` that is not an :class:`HMCStatsCollector`.
 
     References
     ----------
@@ -812,6 +1284,7 @@ def to_inference_data(
         use_fast_path=use_fast_path,
         seed=seed,
         dims=dims,
+        check_model=check_model,
     )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*svi_loss.*")

@@ -232,6 +232,7 @@ def mean_field_negative_elbo(
     num_particles: int = 1,
     analytic_kl: bool = True,
     generator: torch.Generator | None = None,
+    prior: Any = None,
 ) -> torch.Tensor:
     r"""Differentiable minibatch loss :math:`\hat L_S` of a mean-field guide on a BayesianMLP.
 
@@ -258,6 +259,12 @@ def mean_field_negative_elbo(
         :class:`~pyro_sgmcmc.nn.NormalPrior`; Monte Carlo otherwise.
     generator:
         Source of all noise (torch's global generator when ``None``).
+    prior:
+        The prior of the weights and biases, replacing ``model.prior``: any object with the
+        :class:`~pyro_sgmcmc.nn.Prior` method ``log_prob(params, site)``, e.g. the fitted
+        parameters of a learnable scale mixture (:class:`pyro_sgmcmc.svi.ScaleMixtureParameters`),
+        through which the loss is then differentiable too. Its KL term is estimated by Monte
+        Carlo.
 
     Returns
     -------
@@ -287,7 +294,8 @@ def mean_field_negative_elbo(
         xb, yb = x[subsample], y[subsample]
         data_scale = model.likelihood_weight * x.shape[0] / subsample.shape[0]
 
-    closed_form = analytic_kl and isinstance(model.prior, NormalPrior)
+    weight_prior = model.prior if prior is None else prior
+    closed_form = analytic_kl and prior is None and isinstance(model.prior, NormalPrior)
     kl = torch.zeros((), dtype=x.dtype, device=x.device)
     if closed_form:
         for site in weight_sites:
@@ -316,7 +324,7 @@ def mean_field_negative_elbo(
             log_p = model.head.log_prior(params)
             for site in weight_sites:
                 if site in params:
-                    log_p = log_p + model.prior.log_prob(params, site)
+                    log_p = log_p + weight_prior.log_prob(params, site)
             kl = kl + (log_q - log_p - log_det) / num_particles
 
         h = xb
@@ -345,6 +353,7 @@ def guide_negative_elbo(
     num_particles: int = 1,
     analytic_kl: bool = True,
     generator: torch.Generator | None = None,
+    prior: Any = None,
 ) -> torch.Tensor:
     r""":func:`mean_field_negative_elbo` at the current parameters of an ``AutoNormal`` guide.
 
@@ -364,4 +373,5 @@ def guide_negative_elbo(
         num_particles=num_particles,
         analytic_kl=analytic_kl,
         generator=generator,
+        prior=prior,
     )

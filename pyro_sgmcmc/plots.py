@@ -1,7 +1,9 @@
 """Figures of ``pyro-sgmcmc compare``: predictive bands, reliability diagrams, traces and ranks.
 
-Every function draws with Matplotlib's non-interactive ``Agg`` backend, writes PNG files into an
-output directory and returns their paths; figures are closed after saving.
+Every function writes a PNG file and returns its path. The figures are built as
+:class:`matplotlib.figure.Figure` objects that ``pyplot`` never sees, so importing this module or
+calling its functions leaves the caller's Matplotlib backend and open figures alone: nothing is
+shown in a notebook or a window, and nothing needs closing.
 """
 
 from __future__ import annotations
@@ -11,14 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # before pyplot is imported: figures are only written to files
-
 import arviz as az
-import matplotlib.pyplot as plt
+import matplotlib
 import numpy as np
 import torch
+from matplotlib.figure import Figure
 
 from .metrics import expected_calibration_error
 
@@ -29,9 +28,11 @@ if TYPE_CHECKING:
     Prediction = RegressionPrediction | ClassificationPrediction
 
 __all__ = [
+    "diagnostic_figure_names",
     "diagnostic_figures",
     "predicted_vs_observed",
     "predictive_bands",
+    "predictive_figure_name",
     "predictive_figures",
     "reliability_bins",
     "reliability_diagram",
@@ -41,30 +42,24 @@ __all__ = [
 MAX_TRACE_COMPONENTS = 6
 
 
-def _save(fig: plt.Figure, path: Path) -> str:
+def _save(fig: Figure, path: Path) -> str:
+    # Figure.savefig attaches an Agg canvas of its own: no pyplot, no backend switch.
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
     return str(path)
 
 
-def _panels(count: int, width: float = 4.0, height: float = 3.2) -> tuple[plt.Figure, np.ndarray]:
+def _panels(count: int, width: float = 4.0, height: float = 3.2) -> tuple[Figure, np.ndarray]:
     columns = min(count, 3)
     rows = -(-count // columns)
-    fig, axes = plt.subplots(
-        rows,
-        columns,
-        figsize=(width * columns, height * rows),
-        squeeze=False,
-        sharey=True,
-        layout="constrained",
-    )
+    fig = Figure(figsize=(width * columns, height * rows), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False, sharey=True)
     for ax in axes.flat[count:]:
         ax.set_visible(False)
     return fig, axes.flat
 
 
 def predictive_bands(data: Dataset, grid_predictions: Mapping[str, Prediction], path: Path) -> str:
-    """Predictive mean with epistemic and total two-sd bands on ``data.x_grid`` (seed 004's plot).
+    """Predictive mean with epistemic and total two-sd bands on ``data.x_grid``.
 
     The darker band is :math:`\\pm 2` epistemic standard deviations (spread of the per-draw
     means), the lighter one :math:`\\pm 2` total standard deviations (epistemic plus noise); the
@@ -171,23 +166,40 @@ def reliability_diagram(
     return _save(fig, path)
 
 
+def predictive_figure_name(data: Dataset, grid: bool = True) -> str:
+    """The file name :func:`predictive_figures` writes for ``data``.
+
+    ``reliability_diagram.png`` for classification, ``predictive_bands.png`` for 1-D regression
+    with a plotting grid (when ``grid`` predictions are available), ``predicted_vs_observed.png``
+    for other regression.
+    """
+    if data.task == "classification":
+        return "reliability_diagram.png"
+    if data.num_features == 1 and data.x_grid is not None and grid:
+        return "predictive_bands.png"
+    return "predicted_vs_observed.png"
+
+
 def predictive_figures(
     data: Dataset,
     predictions: Mapping[str, Prediction],
     grid_predictions: Mapping[str, Prediction],
     out: Path,
 ) -> list[str]:
-    """The predictive figures that apply to ``data``; returns the paths written.
+    """The predictive figure that applies to ``data`` (see :func:`predictive_figure_name`).
 
-    1-D regression with a plotting grid: ``predictive_bands.png``; other regression:
-    ``predicted_vs_observed.png``; classification: ``reliability_diagram.png``.
+    Returns
+    -------
+    list of str
+        The paths written (one).
     """
-    out = Path(out)
-    if data.task == "classification":
-        return [reliability_diagram(data, predictions, out / "reliability_diagram.png")]
-    if data.num_features == 1 and data.x_grid is not None and grid_predictions:
-        return [predictive_bands(data, grid_predictions, out / "predictive_bands.png")]
-    return [predicted_vs_observed(data, predictions, out / "predicted_vs_observed.png")]
+    name = predictive_figure_name(data, grid=bool(grid_predictions))
+    path = Path(out) / name
+    if name == "reliability_diagram.png":
+        return [reliability_diagram(data, predictions, path)]
+    if name == "predictive_bands.png":
+        return [predictive_bands(data, grid_predictions, path)]
+    return [predicted_vs_observed(data, predictions, path)]
 
 
 def _trace_subset(idata: Any) -> az.InferenceData:
@@ -203,26 +215,37 @@ def _trace_subset(idata: Any) -> az.InferenceData:
     return az.from_dict(posterior=chosen)
 
 
+def diagnostic_figure_names(method: str) -> list[str]:
+    """The file names :func:`diagnostic_figures` writes: ``{method}_trace.png``, ``_rank.png``."""
+    return [f"{method}_trace.png", f"{method}_rank.png"]
+
+
 def diagnostic_figures(idata: Any, method: str, out: Path) -> list[str]:
-    """ArviZ trace and rank plots of a few scalar components: ``{method}_trace.png``, ``_rank``."""
+    """ArviZ trace and rank plots of a few scalar components (:func:`diagnostic_figure_names`)."""
     with warnings.catch_warnings():
-        # ArviZ 0.23 calls a Matplotlib API deprecated in 3.11, once per axis.
+        # ArviZ 0.23 calls a Matplotlib API deprecated in 3.11, once per axis; and its density
+        # estimate warns about a component that stays constant (a short run), drawn all the same
         warnings.simplefilter("ignore", matplotlib.MatplotlibDeprecationWarning)
+        warnings.filterwarnings("ignore", message="Your data appears to have a single value")
         return _diagnostic_figures(idata, method, Path(out))
 
 
 def _diagnostic_figures(idata: Any, method: str, out: Path) -> list[str]:
     subset = _trace_subset(idata)
-    paths = []
-    axes = az.plot_trace(subset, compact=False, figsize=(9, 1.6 * len(subset.posterior.data_vars)))
-    fig = np.asarray(axes).flat[0].figure
-    fig.suptitle(f"{method}: traces of {len(subset.posterior.data_vars)} components")
-    paths.append(_save(fig, out / f"{method}_trace.png"))
-    if subset.posterior.sizes["chain"] > 1:
-        axes = az.plot_rank(subset, figsize=(9, 1.8 * len(subset.posterior.data_vars)))
-    else:
-        axes = az.plot_rank(subset)
-    fig = np.asarray(axes).flat[0].figure
+    count = len(subset.posterior.data_vars)
+    trace_name, rank_name = diagnostic_figure_names(method)
+    # ArviZ draws into the axes it is given, so it never creates a figure through pyplot.
+    fig = Figure(figsize=(9, 1.6 * count), layout="constrained")
+    az.plot_trace(subset, compact=False, axes=fig.subplots(count, 2, squeeze=False))
+    fig.suptitle(f"{method}: traces of {count} components")
+    paths = [_save(fig, out / trace_name)]
+    columns = min(count, 2)
+    rows = -(-count // columns)
+    fig = Figure(figsize=(9, 2.2 * rows), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False)
+    for ax in axes.flat[count:]:
+        ax.set_visible(False)
+    az.plot_rank(subset, ax=axes.flat[:count])
     fig.suptitle(f"{method}: rank plots")
-    paths.append(_save(fig, out / f"{method}_rank.png"))
+    paths.append(_save(fig, out / rank_name))
     return paths

@@ -32,8 +32,8 @@ Gradient estimators
 The expectation is estimated with one weight draw per minibatch (``num_particles`` draws if
 asked). For a :class:`~pyro_sgmcmc.nn.BayesianMLP` with the default guide the loss is computed in
 plain torch by :func:`~pyro_sgmcmc.flipout.mean_field_negative_elbo` (the same estimator as Pyro's
-``TraceMeanField_ELBO``, about four times faster for a small network); any other model or guide
-goes through Pyro's ELBO on the conditioned model. ``estimator="local_reparameterization"``
+``TraceMeanField_ELBO``, 3.5 times faster for the demo's 1-10-10-1 network); any other model or
+guide goes through Pyro's ELBO on the conditioned model. ``estimator="local_reparameterization"``
 (Kingma, Salimans & Welling 2015) or ``"flipout"`` (Wen et al. 2018) give every example of the
 minibatch its own perturbation of the pre-activations: same expected loss, same guide parameters,
 much lower gradient variance for large minibatches (:mod:`pyro_sgmcmc.flipout`).
@@ -81,13 +81,13 @@ prefer to explain the data as noise).
 
 from __future__ import annotations
 
-import difflib
+import contextlib
 import functools
 import inspect
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -95,18 +95,24 @@ import numpy as np
 import pyro
 import torch
 from pyro import poutine
-from pyro.distributions import constraints
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from pyro.infer.autoguide import AutoNormal
-from pyro.infer.autoguide.initialization import init_to_feasible
 from pyro.poutine.messenger import Messenger
 from torch.distributions import biject_to
 from tqdm.auto import tqdm
 
-from ._validation import check_interval, check_positive, check_positive_int
+from ._validation import (
+    as_tensor_arguments,
+    check_interval,
+    check_model_kwargs,
+    check_positive,
+    check_positive_int,
+)
 from .engine.minibatch import Minibatcher
 from .engine.seeds import chain_generators, chain_seeds
+from .errors import SVIDivergedError
 from .flipout import check_estimator, guide_negative_elbo, layer_sites
+from .initialization import init_to_fan_in, real_support
 from .model_structure import check_finite_data, inspect_model, resolve_batch_size
 from .nn.mlp import BayesianMLP
 from .nn.priors import GammaPrecision, ScaleMixtureNormal
@@ -115,10 +121,8 @@ __all__ = [
     "LearnableScaleMixturePrior",
     "SVIDivergedError",
     "SVIResult",
-    "as_tensor_arguments",
     "fit_svi",
     "full_data_negative_elbo",
-    "init_to_fan_in",
     "minibatch_elbo_loss",
 ]
 
@@ -127,38 +131,6 @@ OptimizerFactory = Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
-
-
-class SVIDivergedError(RuntimeError):
-    """An SVI fit produced a non-finite loss or gradient, or left a distribution's support.
-
-    Attributes
-    ----------
-    fit:
-        Index of the fit that diverged (0-based).
-    step:
-        The optimisation step that diverged, counted from 1.
-    losses:
-        The loss of every step of that fit up to and including the diverged one (whose value may
-        be NaN or infinite; NaN when the step failed before its loss was known).
-    completed_losses:
-        ``(k, num_steps)`` losses of the ``k`` fits that finished before this one.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        fit: int,
-        step: int,
-        losses: np.ndarray,
-        completed_losses: np.ndarray,
-    ) -> None:
-        super().__init__(message)
-        self.fit = fit
-        self.step = step
-        self.losses = losses
-        self.completed_losses = completed_losses
 
 
 def global_param_mode(fn: Callable[_P, _T]) -> Callable[_P, _T]:
@@ -196,132 +168,13 @@ def _param_scope(state: dict | None = None) -> Any:
 # ---------------------------------------------------------------------------------------------
 # model arguments
 # ---------------------------------------------------------------------------------------------
-def _as_tensor(name: str, value: Any) -> Any:
-    if isinstance(value, list):
-        try:
-            array = np.asarray(value)
-        except ValueError as error:  # ragged nested lists
-            raise ValueError(
-                f"model argument {name} is a list that is not a rectangular array of numbers "
-                f"({error}); pass a torch.Tensor"
-            ) from error
-        if array.dtype.kind not in "biuf":
-            raise TypeError(
-                f"model argument {name} is a list of {array.dtype} values; pass numbers (it is "
-                "converted to a torch.Tensor) or a torch.Tensor"
-            )
-        value = array
-    if isinstance(value, np.ndarray):
-        kind = value.dtype.kind
-        if kind == "f":
-            return torch.as_tensor(value, dtype=torch.get_default_dtype())
-        if kind in "iu":
-            return torch.as_tensor(value.astype(np.int64))
-        if kind == "b":
-            return torch.as_tensor(value)
-        raise TypeError(
-            f"model argument {name} is a NumPy array of dtype {value.dtype}; only boolean, "
-            "integer and floating arrays are converted to torch tensors"
-        )
-    return value
-
-
-def as_tensor_arguments(args: tuple, kwargs: Mapping[str, Any]) -> tuple[tuple, dict[str, Any]]:
-    """The model arguments with NumPy arrays and lists of numbers converted to torch tensors.
-
-    Floating arrays become tensors of torch's default dtype (``float32`` unless changed, the dtype
-    of the model's parameters), integer arrays ``int64`` (class labels, indices), boolean arrays
-    ``bool``. Tensors and every other value are passed through unchanged; tuples are left alone
-    (they are often settings, not data).
-
-    Raises
-    ------
-    TypeError
-        For an array or list of non-numeric values (strings, objects), naming the argument.
-    ValueError
-        For a ragged nested list.
-    """
-    converted = tuple(_as_tensor(f"args[{i}]", a) for i, a in enumerate(args))
-    return converted, {k: _as_tensor(f"kwargs[{k!r}]", v) for k, v in kwargs.items()}
-
-
-def _model_signature(model: Callable[..., Any]) -> inspect.Signature | None:
-    target = model.forward if isinstance(model, torch.nn.Module) else model
-    try:
-        return inspect.signature(target)
-    except (TypeError, ValueError):
-        return None
-
-
-def check_model_kwargs(
-    caller: str, options: Iterable[str], model: Callable[..., Any], kwargs: Mapping[str, Any]
-) -> None:
-    """Refuse keyword arguments that are neither options of ``caller`` nor model parameters.
-
-    ``caller`` forwards its unknown keyword arguments to the model, so a misspelt option (e.g.
-    ``num_step=5``) would otherwise reach the model and fail there, or worse, be swallowed by a
-    model that takes ``**kwargs`` (then nothing can be checked and nothing is refused).
-
-    Raises
-    ------
-    TypeError
-        Naming the unknown argument, the closest option or parameter name, the caller's options
-        and the model's parameters.
-    """
-    signature = _model_signature(model)
-    if signature is None:
-        return
-    parameters = signature.parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return
-    accepted = [
-        p.name
-        for p in parameters
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    ]
-    options = sorted(options)
-    for name in kwargs:
-        if name in accepted:
-            continue
-        close = difflib.get_close_matches(name, [*options, *accepted], n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise TypeError(
-            f"{caller}() got an unknown keyword argument {name!r}{hint} It is neither an option "
-            f"of {caller} ({', '.join(options)}) nor a parameter of the model "
-            f"({', '.join(accepted) or 'none'}), to which {caller} passes its other keyword "
-            "arguments."
-        )
-
-
 # ---------------------------------------------------------------------------------------------
 # initial values
 # ---------------------------------------------------------------------------------------------
-def _is_real_support(support: constraints.Constraint) -> bool:
-    while isinstance(support, constraints.independent):
-        support = support.base_constraint
-    return support is constraints.real
-
-
-def init_to_fan_in(site: dict | None = None) -> Any:
-    r"""Pyro init strategy: weight matrices at random with variance :math:`1/d`, the rest feasible.
-
-    Every real-valued site with at least two dimensions starts uniformly in
-    :math:`\pm\sqrt{3/d}` (variance :math:`1/d`, LeCun et al. 1998), :math:`d` the size of its
-    last dimension: the fan-in of a weight in torch's ``(out, in)`` layout, so that a
-    pre-activation of standardised inputs starts with unit variance. Every other site starts
-    where ``init_to_feasible`` puts it (0 in unconstrained space: biases at 0, a positive scale or
-    precision at 1). Random, distinct starts break the symmetry between the hidden units that an
-    all-zero start has. Draws use torch's global generator (``fit_svi`` seeds it per fit).
-    """
-    if site is None:
-        return init_to_fan_in
-    value = site["fn"].sample().detach()
-    if value.dim() >= 2 and _is_real_support(site["fn"].support):
-        bound = math.sqrt(3.0 / value.shape[-1])
-        value = torch.empty_like(value).uniform_(-bound, bound)
-        value._pyro_custom_init = False
-        return value
-    return init_to_feasible(site)
+#: The default start of the guide's locations: weight matrices with variance :math:`1/d`, every
+#: other site where ``init_to_feasible`` puts it (0 in unconstrained space: biases at 0, a
+#: positive scale or precision at 1); see :func:`~pyro_sgmcmc.initialization.init_to_fan_in`.
+default_init_loc = init_to_fan_in()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,7 +239,7 @@ class LearnableScaleMixturePrior:
         if self.sites is None:
             if isinstance(model, BayesianMLP):
                 return tuple(site for pair in layer_sites(model) for site in pair)
-            sites = tuple(n for n, s in latent.items() if _is_real_support(s["fn"].support))
+            sites = tuple(n for n, s in latent.items() if real_support(s["fn"].support))
             if not sites:
                 raise ValueError("the model has no real-valued latent site for the learnable prior")
             return sites
@@ -396,7 +249,7 @@ class LearnableScaleMixturePrior:
                 f"LearnableScaleMixturePrior(sites=...) names {unknown}, which are not latent "
                 f"sites of the model; its latent sites are {sorted(latent)}"
             )
-        not_real = [s for s in self.sites if not _is_real_support(latent[s]["fn"].support)]
+        not_real = [s for s in self.sites if not real_support(latent[s]["fn"].support)]
         if not_real:
             raise ValueError(
                 f"LearnableScaleMixturePrior(sites=...) names {not_real}, whose support is not "
@@ -748,6 +601,18 @@ def _gradients_finite(params: list[torch.Tensor]) -> bool:
     return not grads or bool(torch.isfinite(torch.cat(grads)).all())
 
 
+@contextlib.contextmanager
+def _intra_op_threads(num_threads: int | None) -> Iterator[None]:
+    """Run with ``num_threads`` intra-op threads (``None``: unchanged); restore torch's after."""
+    threads = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _divergence(
     fit: int,
     step: int,
@@ -791,6 +656,7 @@ _OPTIONS = (
     "plate_name",
     "progress_bar",
     "callback",
+    "num_threads",
 )
 
 
@@ -808,13 +674,14 @@ def fit_svi(
     estimator: str = "reparameterization",
     prior: str | LearnableScaleMixturePrior | None = None,
     init_scale: float = 0.01,
-    init_loc_fn: Callable = init_to_fan_in,
+    init_loc_fn: Callable = default_init_loc,
     guide_factory: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
     num_fits: int = 1,
     seed: int | None = 0,
     plate_name: str = "data",
     progress_bar: bool = True,
     callback: Callable[[int, int, Callable[..., Any], float], None] | None = None,
+    num_threads: int | None = None,
     **kwargs: Any,
 ) -> SVIResult:
     r"""Fit a mean-field Gaussian guide (Bayes by Backprop) on data-plate minibatches.
@@ -877,6 +744,11 @@ def fit_svi(
         Called after every optimisation step as ``callback(fit, step, guide, loss)`` (fit and
         step counted from 0), e.g. to evaluate the guide once per epoch; it runs inside the
         fit's parameter scope, and its time counts in the fit's wall time.
+    num_threads:
+        torch's intra-op threads during the fits (restored afterwards); ``None`` leaves torch's
+        setting. A small network gains nothing from several threads, and on a machine whose
+        cores are busy they wait for each other: the seed-004 sinusoid fit took 85 s with 2
+        threads and 9 s with 1 on a loaded 2-core machine (same result).
 
     Returns
     -------
@@ -939,6 +811,8 @@ def fit_svi(
     num_fits = check_positive_int("num_fits", num_fits)
     if seed is not None:
         seed = check_positive_int("seed", seed, minimum=0)
+    if num_threads is not None:
+        num_threads = check_positive_int("num_threads", num_threads)
     args, kwargs = as_tensor_arguments(args, kwargs)
     check_finite_data(args, kwargs)
     structure = inspect_model(model, args, kwargs, plate_name)
@@ -951,83 +825,85 @@ def fit_svi(
 
     fit_seeds = chain_seeds(seed, range(num_fits))
     guides, losses, wall_times, states, priors = [], [], [], [], []
-    for k, fit_seed in enumerate(fit_seeds):
-        start = time.perf_counter()
-        with torch.random.fork_rng(devices=[]), _param_scope() as state:
-            torch.manual_seed(fit_seed)
-            if guide_factory is None:
-                guide = AutoNormal(model, init_loc_fn=init_loc_fn, init_scale=float(init_scale))
-            else:
-                guide = guide_factory(model)
-            guide(*args, **kwargs)  # builds the guide's parameters
-            prior_parameters = None if learnable is None else learnable.new_parameters()
-            step_loss = _step_loss(
-                model,
-                guide,
-                args,
-                kwargs,
-                plate_name=plate_name,
-                estimator=estimator,
-                num_particles=num_particles,
-                analytic_kl=analytic_kl,
-                fast=fast,
-                prior=prior_parameters,
-                prior_sites=prior_sites,
-            )
-            params = [p for p in guide.parameters() if p.requires_grad]
-            if not params:
-                raise ValueError("the guide has no trainable parameters")
-            if prior_parameters is not None:
-                params += list(prior_parameters.parameters())
-            opt = (
-                torch.optim.Adam(params, lr=learning_rate, foreach=True)
-                if optimizer is None
-                else optimizer(params)
-            )
-            scheduler = None if lr_scheduler is None else lr_scheduler(opt)
-            batches = Minibatcher(num_data, batch_size, chain_generators([fit_seed]))
-            history = np.full(num_steps, np.nan)
-            context = (history, losses, learning_rate if optimizer is None else None)
+    with _intra_op_threads(num_threads):
+        for k, fit_seed in enumerate(fit_seeds):
+            start = time.perf_counter()
+            with torch.random.fork_rng(devices=[]), _param_scope() as state:
+                torch.manual_seed(fit_seed)
+                if guide_factory is None:
+                    guide = AutoNormal(model, init_loc_fn=init_loc_fn, init_scale=float(init_scale))
+                else:
+                    guide = guide_factory(model)
+                guide(*args, **kwargs)  # builds the guide's parameters
+                prior_parameters = None if learnable is None else learnable.new_parameters()
+                step_loss = _step_loss(
+                    model,
+                    guide,
+                    args,
+                    kwargs,
+                    plate_name=plate_name,
+                    estimator=estimator,
+                    num_particles=num_particles,
+                    analytic_kl=analytic_kl,
+                    fast=fast,
+                    prior=prior_parameters,
+                    prior_sites=prior_sites,
+                )
+                params = [p for p in guide.parameters() if p.requires_grad]
+                if not params:
+                    raise ValueError("the guide has no trainable parameters")
+                if prior_parameters is not None:
+                    params += list(prior_parameters.parameters())
+                opt = (
+                    torch.optim.Adam(params, lr=learning_rate, foreach=True)
+                    if optimizer is None
+                    else optimizer(params)
+                )
+                scheduler = None if lr_scheduler is None else lr_scheduler(opt)
+                batches = Minibatcher(num_data, batch_size, chain_generators([fit_seed]))
+                history = np.full(num_steps, np.nan)
+                context = (history, losses, learning_rate if optimizer is None else None)
 
-            bar = tqdm(
-                range(num_steps),
-                desc=f"SVI fit {k}" if num_fits > 1 else "SVI",
-                disable=not progress_bar,
-                leave=False,
-            )
-            for step in bar:
-                opt.zero_grad()
-                rows = batches.next()
-                try:
-                    loss = step_loss(None if rows is None else rows[0])
-                except ValueError as error:
-                    violation = _support_violation(error) if step > 0 else None
-                    if violation is not None:
+                bar = tqdm(
+                    range(num_steps),
+                    desc=f"SVI fit {k}" if num_fits > 1 else "SVI",
+                    disable=not progress_bar,
+                    leave=False,
+                )
+                for step in bar:
+                    opt.zero_grad()
+                    rows = batches.next()
+                    try:
+                        loss = step_loss(None if rows is None else rows[0])
+                    except ValueError as error:
+                        violation = _support_violation(error) if step > 0 else None
+                        if violation is not None:
+                            bar.close()
+                            reason = f"the guide left a distribution's support: {violation}"
+                            raise _divergence(k, step, reason, *context) from error
+                        raise
+                    history[step] = float(loss.detach())
+                    if not math.isfinite(history[step]):
                         bar.close()
-                        reason = f"the guide left a distribution's support: {violation}"
-                        raise _divergence(k, step, reason, *context) from error
-                    raise
-                history[step] = float(loss.detach())
-                if not math.isfinite(history[step]):
-                    bar.close()
-                    raise _divergence(k, step, f"the loss is {history[step]}", *context)
-                loss.backward()
-                if not _gradients_finite(params):
-                    bar.close()
-                    raise _divergence(k, step, "a gradient of the guide is not finite", *context)
-                opt.step()
-                if scheduler is not None:
-                    scheduler.step()
-                if callback is not None:
-                    callback(k, step, guide, history[step])
-                if progress_bar and step % 50 == 0:
-                    bar.set_postfix(loss=f"{history[step]:.4g}")
-            bar.close()
-        wall_times.append(time.perf_counter() - start)
-        guides.append(guide)
-        losses.append(history)
-        states.append(state)
-        priors.append(prior_parameters)
+                        raise _divergence(k, step, f"the loss is {history[step]}", *context)
+                    loss.backward()
+                    if not _gradients_finite(params):
+                        bar.close()
+                        reason = "a gradient of the guide is not finite"
+                        raise _divergence(k, step, reason, *context)
+                    opt.step()
+                    if scheduler is not None:
+                        scheduler.step()
+                    if callback is not None:
+                        callback(k, step, guide, history[step])
+                    if progress_bar and step % 50 == 0:
+                        bar.set_postfix(loss=f"{history[step]:.4g}")
+                bar.close()
+            wall_times.append(time.perf_counter() - start)
+            guides.append(guide)
+            losses.append(history)
+            states.append(state)
+            priors.append(prior_parameters)
     return SVIResult(
         model=model,
         guides=guides,

@@ -48,6 +48,7 @@ from .checkpoint_files import (
     load_checkpoint,
 )
 from .engine.build import PreparedChains, prepare_chains
+from .engine.health import warn_all
 from .engine.recorder import DrawRecorder
 from .errors import CheckpointError, SamplerDivergedError
 from .kernels.base import StochasticGradientKernel
@@ -262,8 +263,9 @@ def run_chains(
             saver.restore(resume_from)
         setup_time = time.perf_counter() - setup_start
         sampling_start = time.perf_counter()
-        _sample(chains, recorder, warmup_steps + num_samples, callback, saver)
+        _sample(chains, recorder, warmup_steps + num_samples, callback, saver, (args, kwargs))
         sampling_time = time.perf_counter() - sampling_start
+        warn_all(chains.final_messages(recorder.stacked()))
     return _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs)
 
 
@@ -335,11 +337,15 @@ def _sample(
     total_draws: int,
     callback: Callable | None,
     saver: _Saver,
+    data: tuple[tuple, dict],
 ) -> None:
     """Draw until ``total_draws`` draws (warm-up included) are done, recording the kept ones."""
+    engine = chains.engine
     with deferred_interrupt() as interrupt:
-        while chains.engine.draws_done < total_draws:
+        while engine.draws_done < total_draws:
             _one_draw(chains, recorder, callback)
+            if engine.draws_done == engine.warmup_draws > 0:
+                warn_all(chains.warmup_messages(saver.kernel.model, *data))
             saver.after_draw(interrupt.is_set())
 
 

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import arviz as az
 import numpy as np
 import pytest
 
 from pyro_sgmcmc.cli import main
-from pyro_sgmcmc.compare import METHODS, CompareConfig
+from pyro_sgmcmc.compare import MANIFEST_NAME, METHODS, CompareConfig, OutputDirectory
 
 # Few draws and a tiny net: each run takes seconds, and checks plumbing, not statistics.
 TINY = [
     "--chains", "2",
     "--hidden", "3",
     "--num-samples", "6",
-    "--warmup", "4",
+    "--warmup", "8",
     "--nuts-num-samples", "6",
     "--nuts-warmup", "4",
     "--max-tree-depth", "3",
+    "--nuts-init-steps", "20",
     "--steps-per-sample", "3",
     "--svi-steps", "20",
     "--no-progress",
@@ -119,7 +122,7 @@ def test_compare_exits_1_when_every_method_fails(tmp_path, capsys):
         (["--sgld-lr", "0"], "sgld_learning_rate must be > 0"),
         (["--activation", "cosh"], "activation must be one of tanh"),
         (["--prior", "laplace"], "prior must be one of normal"),
-        (["--noise", "student"], "noise must be one of gamma"),
+        (["--noise", "student"], "noise must be one of auto"),
         (["--hidden", "4,x"], "argument --hidden"),
         (["--max-tree-depth", "40"], "max_tree_depth must lie in"),
         (["--test-fraction", "1"], "test_fraction must lie in"),
@@ -163,5 +166,262 @@ def test_config_is_usable_from_python():
     assert config.methods == ("sghmc", "svi") and config.hidden == (4,)
     assert config.task == "classification"
     assert config.to_dict()["methods"] == ["sghmc", "svi"]
+    assert CompareConfig(out=None).dataset == "sinusoid"
     with pytest.raises(ValueError, match="methods must name at least one"):
         CompareConfig(methods=())
+    with pytest.raises(ValueError, match="out must name a directory, got an empty string"):
+        CompareConfig(out="")
+    with pytest.raises(ValueError, match=r"target must name the column of 't\.csv' to predict"):
+        CompareConfig(data="t.csv")
+    with pytest.raises(ValueError, match="task: the data set 'wine' is a classification set"):
+        CompareConfig(dataset="wine", task="regression")
+
+
+# --------------------------------------------------------------------------- your own data
+
+
+def _write_table(path, rows, header) -> None:
+    lines = [",".join(header)] + [",".join(map(str, row)) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _regression_csv(path, n=40) -> None:
+    rng = np.random.default_rng(0)
+    x1, x2 = rng.uniform(-2, 2, n), rng.normal(size=n)
+    y = np.sin(x1) + 0.3 * x2 + 0.1 * rng.normal(size=n)
+    _write_table(path, zip(x1, x2, y, strict=True), ["x1", "x2", "y"])
+
+
+def _classification_csv(path, n=45) -> None:
+    rng = np.random.default_rng(1)
+    x1, x2 = rng.uniform(-2, 2, n), rng.normal(size=n)
+    label = np.where(x1 > 0.7, "high", np.where(x1 < -0.7, "low", "mid"))
+    _write_table(path, zip(x1, x2, label, strict=True), ["x1", "x2", "label"])
+
+
+def test_compare_on_your_own_csv_regression(tmp_path, capsys):
+    table = tmp_path / "measurements.csv"
+    _regression_csv(table)
+    out = tmp_path / "results"
+    code = main(["compare", "--data", str(table), "--target", "y", "--out", str(out), *TINY])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "measurements (regression): 32 train / 8 test rows" in captured.out
+    assert "inferred: numeric target" in captured.err
+    for method in METHODS:
+        _check_method_outputs(out, method)
+    assert (out / "predicted_vs_observed.png").stat().st_size > 0
+    summary = _summary(out)
+    assert summary["dataset"] == "measurements" and summary["task"] == "regression"
+    assert summary["config"]["data"] == str(table) and summary["config"]["target"] == "y"
+    for entry in summary["methods"].values():
+        assert entry["status"] == "ok", entry["message"]
+        assert np.isfinite(entry["metrics"]["rmse"]) and set(entry["diagnostics"]) >= DIAGNOSTICS
+    idata = az.from_netcdf(out / "nuts.nc")
+    assert idata.observed_data["obs"].shape == (32,)
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    assert sorted(manifest["files"]) == sorted(
+        p.name for p in out.iterdir() if p.name != MANIFEST_NAME
+    )
+
+
+def test_compare_on_your_own_csv_classification(tmp_path, capsys):
+    table = tmp_path / "levels.csv"
+    _classification_csv(table)
+    out = tmp_path / "results"
+    args = ["compare", "--data", str(table), "--target", "label", "--methods", "sgld,svi"]
+    assert main([*args, "--out", str(out), *TINY]) == 0
+    assert "levels (classification)" in capsys.readouterr().out
+    summary = _summary(out)
+    assert summary["task"] == "classification"
+    for method in ("sgld", "svi"):
+        assert set(summary["methods"][method]["metrics"]) >= CLASSIFICATION_METRICS
+        _check_method_outputs(out, method)
+    assert (out / "reliability_diagram.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("table", "args", "message"),
+    [
+        ("a,b,y\n1,2,3\n4,,6\n7,8,9\n1,1,1\n", [], "missing values, column 'b': 1 (line 3)"),
+        ("a,b,y\nred,2,3\nblue,5,6\nred,8,9\n", [], "feature column(s) 'a' (e.g. 'red')"),
+        ("a,y\n1,k\n2,k\n3,k\n", [], "target column 'y' has a single class ('k')"),
+        ("a,y\n1,2\n2,3\n3,4\n", ["--target", "z"], "target column 'z' is not in"),
+        ("a,y\n1,2.5\n2,3\n3,4\n", ["--task", "classification"], "non-integer values"),
+    ],
+)
+def test_bad_data_files_exit_2_with_a_named_error(tmp_path, capsys, table, args, message):
+    path = tmp_path / "table.csv"
+    path.write_text(table)
+    target = [] if "--target" in args else ["--target", "y"]
+    out = tmp_path / "never"
+    assert main(["compare", "--data", str(path), *target, *args, "--out", str(out), *TINY]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--data", "t.csv"], "target must name the column of 't.csv' to predict"),
+        (["--target", "y"], "target names a column of data: give data (--data FILE) too"),
+        (["--data", "t.csv", "--target", "y", "--dataset", "wine"], "give either dataset"),
+        (["--data", ""], "argument --data: expected a file name, got an empty string"),
+        (["--data", "t.csv", "--target", "y", "--task", "ordinal"], "invalid choice: 'ordinal'"),
+        (["--dataset", "wine", "--task", "regression"], "is a classification set"),
+    ],
+)
+def test_data_arguments_are_checked_before_any_work(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", *args, "--no-output"])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- output directory
+
+FAST = [*TINY, "--no-figures"]
+
+
+def test_output_directory_that_compare_did_not_write_is_refused(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("do not lose me")
+    args = ["compare", "--dataset", "linear", "--methods", "sgld", "--out", str(out)]
+    assert main([*args, *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "not empty and was not written by pyro-sgmcmc" in err and "thesis.tex" in err
+    assert "--overwrite" in err
+    assert sorted(p.name for p in out.iterdir()) == ["thesis.tex"]
+    # --overwrite writes the results, leaves the foreign file and replaces one named like ours
+    (out / "sgld.nc").write_text("an old result")
+    assert main([*args, "--overwrite", *FAST]) == 0
+    assert "left in place files pyro-sgmcmc did not write: thesis.tex" in capsys.readouterr().err
+    assert (out / "thesis.tex").read_text() == "do not lose me"
+    assert az.from_netcdf(out / "sgld.nc").posterior.sizes["draw"] == 6
+    assert "thesis.tex" not in json.loads((out / MANIFEST_NAME).read_text())["files"]
+
+
+def test_a_rerun_leaves_no_stale_results(tmp_path):
+    out = tmp_path / "results"
+    args = ["compare", "--dataset", "linear", "--out", str(out), *TINY]
+    assert main([*args, "--methods", "sgld,svi"]) == 0
+    assert {"sgld.nc", "sgld_trace.png", "svi.nc", "predictive_bands.png"} <= {
+        p.name for p in out.iterdir()
+    }
+    # the second run into the same directory is allowed (it holds our manifest) and replaces it
+    assert main([*args, "--methods", "svi", "--no-figures"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [MANIFEST_NAME, "svi.nc", "summary.json", "summary.md"]
+    )
+    assert list(_summary(out)["methods"]) == ["svi"]
+    # a file added by hand to a directory we wrote makes it foreign again
+    (out / "notes.txt").write_text("mine")
+    assert main([*args, "--methods", "svi", "--no-figures"]) == 2
+    assert (out / "svi.nc").exists()
+
+
+def test_manifest_never_reaches_outside_its_directory(tmp_path):
+    outside = tmp_path / "precious.nc"
+    outside.write_text("keep")
+    out = tmp_path / "results"
+    out.mkdir()
+    manifest = {"tool": "pyro-sgmcmc", "files": ["../precious.nc", "old.png"]}
+    (out / MANIFEST_NAME).write_text(json.dumps(manifest))
+    (out / "old.png").write_text("stale")
+    directory = OutputDirectory.prepare(out)
+    assert outside.read_text() == "keep" and not (out / "old.png").exists()
+    assert directory.claim("a.nc") == out / "a.nc"
+    assert json.loads((out / MANIFEST_NAME).read_text())["files"] == ["a.nc"]
+    with pytest.raises(ValueError, match="plain file name"):
+        directory.claim("../b.nc")
+    (out / MANIFEST_NAME).write_text("{not json")
+    with pytest.raises(FileExistsError, match="is not a valid manifest"):
+        OutputDirectory.prepare(out)
+
+
+def test_results_of_a_version_without_manifests_are_replaced(tmp_path):
+    out = tmp_path / "results"
+    out.mkdir()
+    summary = {"dataset": "sinusoid", "config": {}, "methods": {"nuts": {}}}
+    (out / "summary.json").write_text(json.dumps(summary))
+    (out / "nuts.nc").write_text("old draws")
+    (out / "nuts_trace.png").write_text("old figure")
+    directory = OutputDirectory.prepare(out)
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST_NAME] and directory.kept == []
+    # a summary.json that compare did not write does not make the directory ours
+    (out / MANIFEST_NAME).unlink()
+    (out / "summary.json").write_text(json.dumps({"accuracy": 0.9}))
+    with pytest.raises(FileExistsError, match=r"it holds summary\.json and no"):
+        OutputDirectory.prepare(out)
+
+
+def test_empty_out_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "--out", "", *TINY])
+    assert exit_info.value.code == 2
+    assert "argument --out: expected a directory, got an empty string" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- sample
+
+
+def test_sample_writes_one_inference_data(tmp_path, capsys):
+    table = tmp_path / "measurements.csv"
+    _regression_csv(table)
+    output = tmp_path / "fit.nc"
+    args = ["sample", "sghmc", "--data", str(table), "--target", "y", "-o", str(output), *TINY]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "measurements (regression)" in printed and "sghmc" in printed and "test RMSE" in printed
+    idata = az.from_netcdf(output)
+    assert {"posterior", "log_likelihood", "observed_data", "predictions"} <= set(idata.groups())
+    assert idata.posterior.attrs["method"] == "sghmc"
+    assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == 6
+    # an existing file is refused unless --overwrite, before anything runs
+    assert main(args) == 2
+    assert "exists; choose another file or pass --overwrite" in capsys.readouterr().err
+    assert main([*args, "--overwrite", "--seed", "1"]) == 0
+
+
+def test_sample_on_a_built_in_set_and_its_bad_arguments(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["sample", "svi", "--dataset", "wine", *TINY]) == 0
+    assert az.from_netcdf(tmp_path / "svi.nc").posterior.attrs["method"] == "svi"
+    assert "accuracy" in capsys.readouterr().out
+    assert main(["sample", "sgld", "-o", "result.txt", *TINY]) == 2
+    assert "must be a netCDF file ending in .nc" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["sample", "hmc", *TINY])
+    assert "argument METHOD: invalid choice: 'hmc'" in capsys.readouterr().err
+
+
+def test_sample_exits_1_when_the_method_fails(tmp_path, capsys):
+    output = tmp_path / "fail.nc"
+    args = ["sample", "sgld", "--dataset", "linear", "-o", str(output), *TINY]
+    assert main([*args, "--sgld-lr", "1e38", "--steps-per-sample", "120"]) == 1
+    assert "diverged" in capsys.readouterr().out
+    assert not output.exists()
+
+
+# --------------------------------------------------------------------------- matplotlib
+
+
+def test_importing_the_package_leaves_the_matplotlib_backend_alone(tmp_path):
+    """``import pyro_sgmcmc`` and the figures of ``compare`` never switch the caller's backend."""
+    script = f"""
+import matplotlib
+matplotlib.use("svg")
+import matplotlib.pyplot as plt
+import pyro_sgmcmc, pyro_sgmcmc.plots, pyro_sgmcmc.cli
+from pyro_sgmcmc.compare import CompareConfig, run_comparison
+config = CompareConfig(dataset="linear", methods=("sgld",), hidden=(3,), num_samples=6,
+                       warmup=8, num_steps_per_sample=3, progress=False, out={str(tmp_path)!r})
+run_comparison(config)
+print(matplotlib.get_backend(), len(plt.get_fignums()))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.split() == ["svg", "0"]
+    assert (tmp_path / "sgld_trace.png").stat().st_size > 0

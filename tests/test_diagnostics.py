@@ -15,7 +15,12 @@ from pyro.infer import MCMC
 from pyro.infer.autoguide.initialization import init_to_sample
 
 from pyro_sgmcmc import SGLD
-from pyro_sgmcmc.diagnostics import ConvergenceReport, convergence_report, format_reports
+from pyro_sgmcmc.diagnostics import (
+    ConvergenceReport,
+    convergence_report,
+    format_reports,
+    reports_table,
+)
 from pyro_sgmcmc.export import to_inference_data
 
 NUM_DATA = 20
@@ -98,7 +103,7 @@ def test_stuck_chain_gives_large_rhat(y):
     assert report.max_rhat == pytest.approx(float(summary["r_hat"].max()), abs=0.01)
 
 
-def test_report_fields_table_and_validation(y):
+def test_report_fields_table_and_validation(y, capfd):
     idata = _sgld_run(y, num_draws=60)
     report = convergence_report(idata)
     assert report.method == "SGLD"
@@ -127,10 +132,29 @@ def test_report_fields_table_and_validation(y):
     assert len(lines) == 4 and lines[2].startswith("SGLD") and lines[3].startswith("NUTS")
     assert "max R-hat" in lines[0] and " - " in lines[3]
     assert str(report) == format_reports([report])
+    capfd.readouterr()
     single = convergence_report(idata.sel(chain=[0]), wall_time=1.0)
-    assert math.isnan(single.max_rhat)
+    assert math.isnan(single.max_rhat) and single.min_ess_bulk > 0
+    # one chain has no R-hat: not computed, so ArviZ logs no "Shape validation failed"
+    assert "Shape validation" not in capfd.readouterr().err
+    frame = reports_table([report, other])
+    assert list(frame.index) == ["SGLD", "NUTS"]
+    assert list(frame.columns) == [
+        "chains",
+        "draws",
+        "max R-hat",
+        "min ESS bulk",
+        "min ESS tail",
+        "time [s]",
+        "ESS/s",
+        "divergences",
+    ]
+    assert frame.loc["SGLD", "min ESS bulk"] == pytest.approx(report.min_ess_bulk)
+    assert math.isnan(frame.loc["NUTS", "max R-hat"]) and frame.loc["NUTS", "divergences"] == 3
     with pytest.raises(ValueError, match="reports"):
         format_reports([])
+    with pytest.raises(ValueError, match="reports"):
+        reports_table([])
     with pytest.raises(ValueError, match="var_names"):
         convergence_report(idata, var_names=["nope"])
     with pytest.raises(ValueError, match="wall_time"):

@@ -35,6 +35,14 @@
 # final table are then noisier.
 
 # %%
+import logging
+import warnings
+
+# Keep the outputs to results: tqdm warns that ipywidgets is missing, Pyro that a machine with
+# few cores runs the chains one after the other, ArviZ (below) that one chain has no R-hat.
+warnings.filterwarnings("ignore", message="IProgress not found")
+warnings.filterwarnings("ignore", message="num_chains=.*sequentially")
+
 import math
 import os
 import time
@@ -46,10 +54,14 @@ import pandas as pd
 import pyro
 import pyro.distributions as dist
 import torch
+from IPython.display import display
 from pyro.infer import MCMC, NUTS, RandomWalkKernel
 
 from pyro_sgmcmc import SGLD
 
+logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
+
+pd.options.display.float_format = "{:.3f}".format
 SMOKE = os.environ.get("PYRO_SGMCMC_SMOKE", "0") == "1"
 pyro.set_rng_seed(0)
 print("smoke mode" if SMOKE else "full mode")
@@ -307,6 +319,7 @@ for name in SETTINGS:
                 "ESS / s": float(ess[parameter]) / seconds,
             }
         )
-table = pd.DataFrame(rows)
-print("smoke mode: short chains, noisy numbers\n" if SMOKE else "")
-print(table.to_markdown(index=False, floatfmt=".3f"))
+table = pd.DataFrame(rows).set_index(["sampler", "parameter"])
+if SMOKE:
+    print("smoke mode: short chains, noisy numbers")
+display(table)

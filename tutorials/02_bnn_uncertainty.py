@@ -44,6 +44,14 @@
 # are very short: the figures and table then show the mechanics, not converged posteriors.
 
 # %%
+import logging
+import warnings
+
+# Keep the outputs to results: tqdm warns that ipywidgets is missing, Pyro that a machine with
+# few cores runs the chains one after the other, ArviZ (below) that one chain has no R-hat.
+warnings.filterwarnings("ignore", message="IProgress not found")
+warnings.filterwarnings("ignore", message="num_chains=.*sequentially")
+
 import math
 import os
 import time
@@ -53,11 +61,12 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pyro
 import torch
+from IPython.display import display
 from pyro.infer import MCMC, NUTS
 
 from pyro_sgmcmc import SGHMC
 from pyro_sgmcmc.datasets import load_dataset
-from pyro_sgmcmc.diagnostics import convergence_report, format_reports
+from pyro_sgmcmc.diagnostics import convergence_report, reports_table
 from pyro_sgmcmc.export import HMCStatsCollector, to_inference_data
 from pyro_sgmcmc.initialization import find_map
 from pyro_sgmcmc.metrics import predictive_log_likelihood, rmse
@@ -65,6 +74,9 @@ from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood
 from pyro_sgmcmc.predictive import posterior_predictive
 from pyro_sgmcmc.svi import fit_svi
 
+logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
+
+pd.options.display.float_format = "{:.3f}".format
 SMOKE = os.environ.get("PYRO_SGMCMC_SMOKE", "0") == "1"
 pyro.set_rng_seed(0)
 print("smoke mode" if SMOKE else "full mode")
@@ -180,11 +192,13 @@ fits["SVI"] = (
 
 # %%
 reports = [convergence_report(idata, name) for name, (_, idata) in fits.items()]
-print(format_reports(reports))
+display(reports_table(reports))
 
 summaries = []
 for name, (_, idata) in fits.items():
-    summary = az.summary(idata, var_names=["noise_precision"], kind="all")
+    # R-hat and ESS compare chains: SVI's single fit gets the statistics only
+    kind = "all" if idata.posterior.sizes["chain"] > 1 else "stats"
+    summary = az.summary(idata, var_names=["noise_precision"], kind=kind)
     summary.index = [name]
     summaries.append(summary)
 pd.concat(summaries).round(2)
@@ -274,6 +288,7 @@ for (name, (model, idata)), report in zip(fits.items(), reports, strict=True):
             "seconds": report.wall_time,
         }
     )
-table = pd.DataFrame(rows)
-print("smoke mode: tiny network and very short chains\n" if SMOKE else "")
-print(table.to_markdown(index=False, floatfmt=".3f"))
+table = pd.DataFrame(rows).set_index("method")
+if SMOKE:
+    print("smoke mode: tiny network and very short chains")
+display(table)

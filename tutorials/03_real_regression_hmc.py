@@ -40,6 +40,14 @@
 # short: the table then shows the mechanics, not converged posteriors.
 
 # %%
+import logging
+import warnings
+
+# Keep the outputs to results: tqdm warns that ipywidgets is missing, Pyro that a machine with
+# few cores runs the chains one after the other, ArviZ (below) that one chain has no R-hat.
+warnings.filterwarnings("ignore", message="IProgress not found")
+warnings.filterwarnings("ignore", message="num_chains=.*sequentially")
+
 import os
 import time
 
@@ -47,18 +55,22 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pyro
 import torch
+from IPython.display import display
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_uniform
 
 from pyro_sgmcmc import SGHMC
 from pyro_sgmcmc.datasets import load_dataset
-from pyro_sgmcmc.diagnostics import convergence_report, format_reports
+from pyro_sgmcmc.diagnostics import convergence_report, reports_table
 from pyro_sgmcmc.export import HMCStatsCollector, to_inference_data
 from pyro_sgmcmc.initialization import find_map
 from pyro_sgmcmc.metrics import mae, predictive_log_likelihood, rmse
 from pyro_sgmcmc.nn import BayesianMLP
 from pyro_sgmcmc.predictive import posterior_predictive
 
+logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
+
+pd.options.display.float_format = "{:.3f}".format
 SMOKE = os.environ.get("PYRO_SGMCMC_SMOKE", "0") == "1"
 pyro.set_rng_seed(0)
 print("smoke mode" if SMOKE else "full mode")
@@ -190,7 +202,7 @@ sghmc_idata = to_inference_data(
 
 # %%
 reports = [convergence_report(nuts_idata, "NUTS"), convergence_report(sghmc_idata, "SGHMC")]
-print(format_reports(reports))
+display(reports_table(reports))
 
 # %% [markdown]
 # ## Predictions: aleatoric against epistemic
@@ -262,6 +274,7 @@ for name, prediction in predictions.items():
             "seconds": seconds[name],
         }
     )
-table = pd.DataFrame(rows)
-print("smoke mode: narrow network and very short chains\n" if SMOKE else "")
-print(table.to_markdown(index=False, floatfmt=".3f"))
+table = pd.DataFrame(rows).set_index("method")
+if SMOKE:
+    print("smoke mode: narrow network and very short chains")
+display(table)

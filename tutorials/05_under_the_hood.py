@@ -34,6 +34,14 @@
 # `PYRO_SGMCMC_SMOKE=1` (CI and the docs build) fewer chains and steps are used.
 
 # %%
+import logging
+import warnings
+
+# Keep the outputs to results: tqdm warns that ipywidgets is missing, Pyro that a machine with
+# few cores runs the chains one after the other, ArviZ (below) that one chain has no R-hat.
+warnings.filterwarnings("ignore", message="IProgress not found")
+warnings.filterwarnings("ignore", message="num_chains=.*sequentially")
+
 import math
 import os
 
@@ -42,6 +50,7 @@ import pandas as pd
 import pyro
 import pyro.distributions as dist
 import torch
+from IPython.display import Markdown, display
 from pyro.infer import MCMC, NUTS
 
 from pyro_sgmcmc.dynamics import (
@@ -53,6 +62,9 @@ from pyro_sgmcmc.dynamics import (
 )
 from pyro_sgmcmc.schedules import Constant, CyclicalCosine, PolynomialDecay
 
+logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
+
+pd.options.display.float_format = "{:.3f}".format
 SMOKE = os.environ.get("PYRO_SGMCMC_SMOKE", "0") == "1"
 pyro.set_rng_seed(0)
 generator = torch.Generator().manual_seed(0)
@@ -196,8 +208,8 @@ def covariance_row(name, draws):
 friction_table = pd.DataFrame(
     [{"sampler": "target", "var θ1": 1.0, "var θ2": 1.0, "corr": 0.9, "KL to target": 0.0}]
     + [covariance_row(name, draws) for name, draws in hamiltonian_variants.items()]
-)
-friction_table.round(3)
+).set_index("sampler")
+friction_table
 
 # %% [markdown]
 # ## 2. A bimodal target: NUTS vs cyclical SGLD
@@ -306,8 +318,8 @@ nuts_draws = torch.stack(nuts_runs)
 mixture_table = pd.DataFrame(
     [hop_row(f"NUTS ({NUTS_CHAINS} chains)", nuts_draws)]
     + [hop_row(f"{name} ({NUM_CHAINS} chains)", d) for name, d in sgld_draws.items()]
-)
-mixture_table.round(3)
+).set_index("sampler")
+mixture_table
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharex=True, sharey=True)
@@ -403,8 +415,8 @@ for name, schedule, temperature, constant_step in configurations:
     else:
         row["predicted for this ε, T"] = "n/a (step varies)"
     schedule_rows.append(row)
-schedule_table = pd.DataFrame(schedule_rows)
-schedule_table.round(3)
+schedule_table = pd.DataFrame(schedule_rows).set_index("setting")
+schedule_table
 
 # %% [markdown]
 # The decaying schedule starts at $1.26 \cdot 101^{-0.55} \approx 0.1$ and shrinks the bias as the
@@ -416,10 +428,11 @@ schedule_table.round(3)
 # All three tables of this notebook, computed above.
 
 # %%
-print("smoke mode: fewer chains and steps, noisier numbers\n" if SMOKE else "")
-print("Friction (part 1):")
-print(friction_table.to_markdown(index=False, floatfmt=".3f"))
-print("\nMode hopping (part 2):")
-print(mixture_table.to_markdown(index=False, floatfmt=".3f"))
-print("\nStep size and temperature (part 3):")
-print(schedule_table.to_markdown(index=False, floatfmt=".3f"))
+if SMOKE:
+    print("smoke mode: fewer chains and steps, noisier numbers")
+for title, table in [
+    ("Friction (part 1)", friction_table),
+    ("Mode hopping (part 2)", mixture_table),
+    ("Step size and temperature (part 3)", schedule_table),
+]:
+    display(Markdown(f"**{title}**"), table)

@@ -11,6 +11,7 @@ from ._common import (
     StepSize,
     TensorDict,
     check_rule_arguments,
+    entry,
     has_noise,
     noise_scale,
     resolve_noise,
@@ -43,6 +44,7 @@ def psgld_step(
     epsilon: float = 1e-5,
     noise: Mapping[str, torch.Tensor] | None = None,
     adapt: bool = True,
+    gradient_variance: Mapping[str, torch.Tensor] | None = None,
 ) -> PSGLDState:
     r"""One pSGLD step.
 
@@ -86,6 +88,11 @@ def psgld_step(
         :math:`\lambda > 0`, the diagonal bias that keeps :math:`G` bounded.
     noise:
         Standard normal draws :math:`\xi_t` to use instead of the generator (for exact tests).
+    gradient_variance:
+        :math:`\hat\Sigma`, an estimate of the variance of the minibatch gradient per entry:
+        the injected variance becomes :math:`2\epsilon_t G (T - \hat\beta)_+` with
+        :math:`\hat\beta = \epsilon_t G \hat\Sigma / 2`, so that injected plus gradient noise
+        add up to :math:`2\epsilon_t G T` (Chen et al.'s correction). ``None``: no correction.
     adapt:
         Update :math:`V` (default). ``False`` freezes it (and so :math:`G`): the chain is then a
         preconditioned SGLD with a *constant* :math:`G`, for which :math:`\Gamma = 0` exactly and
@@ -107,23 +114,41 @@ def psgld_step(
     if not adapt and state.square_average is None:
         raise ValueError("psgld_step(adapt=False) needs a state whose square_average is set")
     position = state.position
-    scale = noise_scale(step_size, temperature, 0.0)
+    averages = {
+        name: _running_average(state, name, gradient[name], num_data, decay, adapt)
+        for name in position
+    }
+    preconditioners = {name: rmsprop_preconditioner(v, epsilon) for name, v in averages.items()}
+    beta: float | dict[str, torch.Tensor] = 0.0
+    if gradient_variance is not None:
+        beta = {
+            name: 0.5 * step_size * preconditioners[name] * variance
+            for name, variance in gradient_variance.items()
+        }
+    scale = noise_scale(step_size, temperature, beta)
     xi = resolve_noise(position, generator, noise) if has_noise(scale) else None
-    new_position, new_average = {}, {}
-    for name, theta in position.items():
-        g = gradient[name]
-        if not adapt:
-            average = state.square_average[name]
-        elif state.square_average is None:
-            average = (g / num_data).square()
-        else:
-            average = torch.lerp((g / num_data).square(), state.square_average[name], decay)
-        new_position[name] = preconditioned_move(
-            theta, g, step_size, rmsprop_preconditioner(average, epsilon), scale,
+    new_position = {
+        name: preconditioned_move(
+            theta,
+            gradient[name],
+            step_size,
+            preconditioners[name],
+            entry(scale, name),
             None if xi is None else xi[name],
-        )  # fmt: skip
-        new_average[name] = average
-    return PSGLDState(new_position, new_average)
+        )
+        for name, theta in position.items()
+    }
+    return PSGLDState(new_position, averages)
+
+
+def _running_average(state, name, gradient, num_data, decay, adapt) -> torch.Tensor:
+    """:math:`V_t` of one entry (kept as it is when ``adapt`` is false)."""
+    if not adapt:
+        return state.square_average[name]
+    square = (gradient / num_data).square()
+    if state.square_average is None:
+        return square
+    return torch.lerp(square, state.square_average[name], decay)
 
 
 def rmsprop_preconditioner(square_average: torch.Tensor, epsilon: float) -> torch.Tensor:

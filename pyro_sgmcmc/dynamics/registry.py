@@ -10,7 +10,9 @@ its chains through :data:`ALGORITHMS`: an :class:`Algorithm` bundles
 * ``step(state, gradient, inputs, options)``: one update, calling the pure rule of
   :mod:`pyro_sgmcmc.dynamics` -- the only call site of each rule;
 * ``reset(state, chains)``: the state after a divergence of the chains in the boolean mask
-  ``chains`` (momenta restart at zero; other statistics are kept).
+  ``chains`` (momenta restart at zero; other statistics are kept);
+* ``move_variance(state, inputs, options)``: the variance of the noise one step injects in each
+  coordinate, the scale against which a runaway move is judged (``None`` without noise).
 
 The states hold dictionaries of tensors; the samplers pass a single entry whose tensor has a
 leading chain axis, so every operation here is element-wise or per chain.
@@ -26,7 +28,7 @@ import torch
 
 from .._validation import check_interval, check_nonnegative, check_positive, check_positive_int
 from ._common import StepSize, TensorDict, entry, sqrt
-from .psgld import PSGLDState, psgld_init, psgld_step
+from .psgld import PSGLDState, psgld_init, psgld_step, rmsprop_preconditioner
 from .sgd import SGDState, partial_momentum_refresh, sgd_init, sgd_step
 from .sghmc import (
     GradientNoiseEstimate,
@@ -245,6 +247,7 @@ def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, opt
         epsilon=options.epsilon,
         noise=noise,
         adapt=inputs.adapting or state.square_average is None,
+        gradient_variance=inputs.gradient_variance,
     )
 
 
@@ -272,6 +275,36 @@ def _unchanged(state: Any, _: torch.Tensor) -> Any:
     return state
 
 
+def _move_variance(state: Any, inputs: StepInputs, _: Any) -> dict[str, Any] | None:
+    r""":math:`2 \epsilon T P` per entry: the variance of the noise a step injects, the scale of an
+    ordinary move (SGHMC's velocity has stationary variance :math:`\epsilon T P`, half of it)."""
+    if inputs.temperature <= 0:
+        return None
+    return {
+        name: 2.0 * inputs.temperature * inputs.step_size * inputs.preconditioner_of(name)
+        for name in state.position
+    }
+
+
+def _psgld_move_variance(
+    state: PSGLDState, inputs: StepInputs, options: PSGLDOptions
+) -> dict[str, Any] | None:
+    r""":math:`2 \epsilon T G` per entry, with pSGLD's own RMSprop diagonal :math:`G`."""
+    if inputs.temperature <= 0 or state.square_average is None:
+        return None
+    return {
+        name: 2.0
+        * inputs.temperature
+        * inputs.step_size
+        * rmsprop_preconditioner(v, options.epsilon)
+        for name, v in state.square_average.items()
+    }
+
+
+def _no_noise(state: Any, inputs: StepInputs, _: Any) -> None:
+    return None
+
+
 # ---------------------------------------------------------------------------------------- registry
 class Algorithm(NamedTuple):
     """One update rule as the samplers see it (see the module docstring)."""
@@ -282,8 +315,8 @@ class Algorithm(NamedTuple):
     init: Callable[[Mapping[str, torch.Tensor], Any], Any]
     step: Callable[[Any, TensorDict, StepInputs, Any], Any]
     reset: Callable[[Any, torch.Tensor], Any]
+    move_variance: Callable[[Any, StepInputs, Any], dict[str, Any] | None] = _move_variance
     uses_temperature: bool = True
-    preconditioned: bool = True
 
 
 #: The update rules, by name.
@@ -299,7 +332,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         lambda p, _: psgld_init(p),
         _psgld_step,
         _unchanged,
-        preconditioned=False,
+        _psgld_move_variance,
     ),
     "constant_sgd": Algorithm(
         "constant_sgd",
@@ -308,6 +341,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         lambda p, _: sgd_init(p),
         _sgd_step,
         _unchanged,
+        _no_noise,
         uses_temperature=False,
     ),
 }

@@ -15,21 +15,25 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from pyro.infer.autoguide.initialization import init_to_mean, init_to_median
 from pyro.infer.mcmc.util import initialize_model
 from torch.distributions import biject_to
 from torch.distributions.transforms import Transform
 
+from .._validation import as_tensor_arguments
 from ..conjugate import find_normal_gamma_updates
 from ..dynamics.registry import Algorithm
 from ..errors import ModelContractError
 from ..gibbs import GibbsUpdate
 from ..model_structure import ModelStructure, check_finite_data, inspect_model, resolve_batch_size
 from ..potentials import Potential, make_potential
+from .adaptation import AdaptiveControl
 from .controls import MandtRateControl, ScheduleControl, StepControl
 from .divergence import BlowUpDetector, DivergenceMonitor
 from .engine import ChainEngine
 from .estimators import ControlVariateGradient, MinibatchGradient, find_centre
 from .gibbs_blocks import GibbsBlocks, supports_temperature
+from .health import check_classifier, check_draws
 from .layout import FlatLayout
 from .minibatch import Minibatcher
 from .seeds import chain_generators, chain_seeds
@@ -92,6 +96,21 @@ class PreparedChains:
             "num_data": self.structure.num_data,
         }
 
+    def warmup_messages(self, model: Any, args: tuple, kwargs: Mapping[str, Any]) -> list[str]:
+        """What is wrong after warm-up: a classifier still at chance."""
+        return check_classifier(
+            model, args, kwargs, self.constrain(self.draw()), self.structure.plate_name,
+            self.engine.monitor.chain_ids,
+        )  # fmt: skip
+
+    def final_messages(self, draws: Mapping[str, torch.Tensor]) -> list[str]:
+        """What is wrong after sampling: chains that did not move or ran too hot (``draws`` are
+        the kept unconstrained draws, ``(C, S, ...)`` per site)."""
+        engine = self.engine
+        return check_draws(
+            draws, engine.virial.estimate(), engine.temperature, engine.monitor.chain_ids
+        )
+
     def constrain(self, values: Mapping[str, torch.Tensor]) -> TensorDict:
         """Constrained values of unconstrained ones (any number of leading dimensions)."""
         out = {}
@@ -129,6 +148,7 @@ def prepare_chains(
         Unconstrained starting values, ``(C, ...)`` per site, for some or all latent sites;
         the others come from ``settings.init_strategy`` run under each chain's seed.
     """
+    args, kwargs = as_tensor_arguments(tuple(args), dict(kwargs))
     check_finite_data(args, kwargs)
     seeds = chain_seeds(settings.seed, chains)
     generators = chain_generators(seeds)
@@ -136,10 +156,11 @@ def prepare_chains(
         torch.manual_seed(seeds[0])
         structure = _inspect(model, args, kwargs, settings.subsample_plate)
     updates = resolve_gibbs_updates(settings.gibbs_updates, model, args, kwargs, structure)
-    initial, transforms = initial_values(
-        model, args, kwargs, settings, seeds, initial_params, structure
-    )
     gibbs_sites = {site for update in updates for site in update.sites}
+    initial, transforms = initial_values(
+        model, args, kwargs, settings, seeds, initial_params, structure, gibbs_sites
+    )
+    _check_data_dtypes(args, kwargs, next(iter(initial.values())).dtype)
     dynamic = [name for name in structure.latent_sites if name not in gibbs_sites]
     layout = FlatLayout({name: initial[name].shape[1:] for name in dynamic})
     fixed = {name: initial[name] for name in structure.latent_sites if name in gibbs_sites}
@@ -152,7 +173,9 @@ def prepare_chains(
     batch_size = resolve_batch_size(settings.batch_size, structure.num_data, structure.plate_name)
     batches = Minibatcher(structure.num_data, batch_size, generators, settings.batch_sampling)
     flat = layout.flatten(initial)
-    first = _first_chain_start(model, args, kwargs, settings, seeds, chains, structure, initial)
+    first = _first_chain_start(
+        model, args, kwargs, settings, seeds, chains, structure, initial, gibbs_sites
+    )
     estimator = _estimator(settings, potential, layout, first, transforms, len(seeds))
     engine = ChainEngine(
         algorithm=algorithm,
@@ -161,7 +184,7 @@ def prepare_chains(
         estimator=estimator,
         batches=batches,
         generators=generators,
-        control=make_control(settings, algorithm, options, batches, warmup_draws),
+        control=make_control(settings, algorithm, options, batches, warmup_draws, flat),
         gibbs=_gibbs_blocks(settings, updates, potential, generators, args, kwargs, batches),
         monitor=DivergenceMonitor(
             len(seeds),
@@ -177,6 +200,19 @@ def prepare_chains(
     )
     engine.start(flat, fixed)
     return PreparedChains(engine, structure, transforms, potential, initial, seeds)
+
+
+def _check_data_dtypes(args: tuple, kwargs: Mapping[str, Any], dtype: torch.dtype) -> None:
+    """Floating data must have the dtype of the latent sites (mixing them fails mid-run)."""
+    named = [(f"args[{i}]", a) for i, a in enumerate(args)]
+    named += [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    for name, value in named:
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
+            raise TypeError(
+                f"model argument {name} has dtype {value.dtype}, but the model's latent sites "
+                f"have dtype {dtype}: convert the data (e.g. .to({dtype})) or build the model "
+                f"under torch.set_default_dtype({value.dtype})"
+            )
 
 
 def _inspect(model, args, kwargs, plate_name: str) -> ModelStructure:
@@ -229,9 +265,16 @@ def initial_values(
     seeds: Sequence[int],
     given: Mapping[str, torch.Tensor] | None,
     structure: ModelStructure,
+    at_mean: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[TensorDict, dict[str, Transform]]:
     """Unconstrained ``(C, ...)`` starts: ``given`` where given, else the init strategy run under
-    each chain's seed (over-dispersed starts, which R-hat needs); and the transforms."""
+    each chain's seed (over-dispersed starts, which R-hat needs); and the transforms.
+
+    The sites in ``at_mean`` (the Gibbs-updated ones) start at their prior mean: a noise
+    precision drawn at random would weigh the likelihood arbitrarily until the first Gibbs
+    update, and one of :math:`e^{-2}` makes a network far from any fit look like noise.
+    """
+    strategy = _mean_for(at_mean, settings.init_strategy) if at_mean else settings.init_strategy
     starts: list[TensorDict] = []
     transforms = default_transforms(structure)
     transforms.update(settings.transforms or {})
@@ -243,13 +286,23 @@ def initial_values(
                 model_args=args,
                 model_kwargs=kwargs,
                 transforms=transforms,
-                init_strategy=settings.init_strategy,
+                init_strategy=strategy,
             )
         starts.append({k: v.detach() for k, v in initial.items()})
     stacked = {name: torch.stack([s[name] for s in starts]) for name in structure.latent_sites}
     for name, value in (given or {}).items():
         stacked[name] = _given_start(name, value, stacked, structure)
     return stacked, dict(transforms)
+
+
+def _mean_for(sites: set[str] | frozenset[str], otherwise: Callable) -> Callable:
+    """An init strategy: the prior mean for ``sites``, ``otherwise`` for the others."""
+    at_mean = init_to_mean(fallback=init_to_median)
+
+    def strategy(site):
+        return at_mean(site) if site["name"] in sites else otherwise(site)
+
+    return strategy
 
 
 def default_transforms(structure: ModelStructure) -> dict[str, Transform]:
@@ -286,7 +339,9 @@ def _given_start(
     return value.clone()
 
 
-def _first_chain_start(model, args, kwargs, settings, seeds, chains, structure, initial):
+def _first_chain_start(
+    model, args, kwargs, settings, seeds, chains, structure, initial, gibbs_sites
+):
     """Chain 0's starting values, ``(1, ...)`` per site: where the control-variate centre search
     starts, whichever chains this engine runs (so the centre does not depend on the driver)."""
     chains = list(chains)
@@ -294,7 +349,7 @@ def _first_chain_start(model, args, kwargs, settings, seeds, chains, structure, 
         index = chains.index(0) if 0 in chains else 0
         return {name: value[index : index + 1] for name, value in initial.items()}
     first = chain_seeds(settings.seed, [0]) if settings.seed is not None else seeds[:1]
-    start, _ = initial_values(model, args, kwargs, settings, first, None, structure)
+    start, _ = initial_values(model, args, kwargs, settings, first, None, structure, gibbs_sites)
     return start
 
 
@@ -361,28 +416,31 @@ def make_control(
     options: Any,
     batches: Minibatcher,
     warmup: int,
+    like: torch.Tensor,
 ) -> StepControl:
-    """The step-size control: the user's schedule, constant SGD's optimal rate, or (no step
-    size given) the adaptive warm-up."""
+    """The step-size control: the user's schedule, or (no step size given) the adaptive warm-up
+    (:mod:`pyro_sgmcmc.engine.adaptation`); for constant SGD with ``optimal_rate``, either of
+    them during warm-up and Mandt et al.'s rate after."""
     num_data = batches.num_data
     if settings.adaptive:
-        raise ValueError(
-            "give exactly one of step_size (multiplies the gradient of the full-data potential) "
-            "or learning_rate (per datum: step_size = learning_rate / N)"
-        )
-    scale = 1.0 / num_data if settings.per_datum else 1.0
-    if algorithm.name == "constant_sgd" and options.optimal_rate:
-        if warmup < 2:
-            raise ValueError(
-                "ConstantSGD(optimal_rate=True) estimates the gradient noise during warm-up: "
-                f"warmup_steps must be >= 2, got {warmup}"
-            )
-        if batches.full_batch:
-            raise ValueError(
-                "ConstantSGD(optimal_rate=True) needs minibatches: batch_size must be < N"
-            )
-        return MandtRateControl(
-            settings.schedule, scale, warmup,
-            diagonal=options.preconditioner == "diagonal", multiplier=options.rate_multiplier,
+        rule = "sgld" if algorithm.name == "constant_sgd" else algorithm.name
+        control: StepControl = AdaptiveControl(
+            rule, options, settings.temperature, num_data,
+            warmup * settings.num_steps_per_sample, like,
         )  # fmt: skip
-    return ScheduleControl(settings.schedule, scale)
+    else:
+        scale = 1.0 / num_data if settings.per_datum else 1.0
+        control = ScheduleControl(settings.schedule, scale)
+    if algorithm.name != "constant_sgd" or not options.optimal_rate:
+        return control
+    if warmup < 2:
+        raise ValueError(
+            "ConstantSGD(optimal_rate=True) estimates the gradient noise during warm-up: "
+            f"warmup_steps must be >= 2, got {warmup}"
+        )
+    if batches.full_batch:
+        raise ValueError("ConstantSGD(optimal_rate=True) needs minibatches: batch_size must be < N")
+    return MandtRateControl(
+        control, warmup, diagonal=options.preconditioner == "diagonal",
+        multiplier=options.rate_multiplier,
+    )  # fmt: skip

@@ -46,7 +46,21 @@ class StepControl:
         raise NotImplementedError
 
     def is_sampling(self, t: int) -> bool:
+        """Whether a draw may end at step ``t`` (a cyclical schedule's exploration phase may
+        not: its draws are kept only from sampling phases)."""
         return True
+
+    def heats(self, t: int) -> bool:
+        """Whether step ``t`` runs at the sampler's temperature (else at ``T = 0``: an
+        exploration or descent phase)."""
+        return self.is_sampling(t)
+
+    def updates_gibbs(self, t: int) -> bool:
+        """Whether the Gibbs blocks may be updated after step ``t``."""
+        return True
+
+    def begin(self, engine: ChainEngine) -> None:
+        """Called when the engine (re)starts its chains, with the gradient at the start."""
 
     def observe(self, engine: ChainEngine) -> None:
         """Called after every warm-up step (the engine's state is the new, accepted one)."""
@@ -95,26 +109,27 @@ class ScheduleControl(StepControl):
         return True if self._is_sampling is None else bool(self._is_sampling(t))
 
 
-class MandtRateControl(ScheduleControl):
-    r"""Constant SGD's rate: the warm-up rate, then Mandt et al.'s optimum times a multiplier.
+class MandtRateControl(StepControl):
+    r"""Constant SGD's rate: a warm-up control, then Mandt et al.'s optimum times a multiplier.
 
-    Over the second half of the warm-up draws every step also evaluates the gradient on a second,
-    independent minibatch at the same position and accumulates the squared difference of the two
-    (:func:`~pyro_sgmcmc.dynamics.optimal_constant_rates` turns its mean into the rate). From
-    the first kept draw on the rate is fixed: one scalar :math:`\eta^*` per chain, or with
-    ``diagonal`` one rate per coordinate (passed as a preconditioner with unit step).
+    During warm-up the steps are those of ``warmup`` (the user's rate, or the adaptive warm-up's
+    preconditioned steps). Over the second half of the warm-up draws every step also evaluates
+    the gradient on a second, independent minibatch at the same position and accumulates the
+    squared difference of the two (:func:`~pyro_sgmcmc.dynamics.optimal_constant_rates` turns
+    its mean into the rate). From the first kept draw on the rate is fixed: one scalar
+    :math:`\eta^*` per chain, or with ``diagonal`` one rate per coordinate (passed as a
+    preconditioner with unit step).
     """
 
     def __init__(
         self,
-        schedule: StepSchedule,
-        scale: float,
+        warmup: StepControl,
         warmup_draws: int,
         *,
         diagonal: bool,
         multiplier: float,
     ) -> None:
-        super().__init__(schedule, scale)
+        self.warmup = warmup
         self.warmup_draws = warmup_draws
         self.diagonal = diagonal
         self.multiplier = multiplier
@@ -123,20 +138,41 @@ class MandtRateControl(ScheduleControl):
         self.rates: torch.Tensor | None = None
 
     @property
-    def frozen(self) -> bool:
-        return self.rates is not None
+    def adapting(self) -> bool:
+        return self.rates is None
 
     def step_size(self, t: int) -> float | torch.Tensor:
         if self.rates is None:
-            return super().step_size(t)
+            return self.warmup.step_size(t)
         return 1.0 if self.diagonal else self.rates
 
+    def is_sampling(self, t: int) -> bool:
+        return self.rates is not None or self.warmup.is_sampling(t)
+
+    def heats(self, t: int) -> bool:
+        return True
+
+    @property
+    def preconditioner(self) -> dict[str, torch.Tensor] | None:
+        if self.rates is None:
+            return self.warmup.preconditioner
+        return {"z": self.rates} if self.diagonal else None
+
     def reported_step_size(self, t: int, num_chains: int) -> np.ndarray:
-        if self.rates is not None and self.diagonal:
+        if self.rates is None:
+            return self.warmup.reported_step_size(t, num_chains)
+        if self.diagonal:
             return np.full(num_chains, np.nan)
         return super().reported_step_size(t, num_chains)
 
+    def updates_gibbs(self, t: int) -> bool:
+        return self.rates is not None or self.warmup.updates_gibbs(t)
+
+    def begin(self, engine: ChainEngine) -> None:
+        self.warmup.begin(engine)
+
     def observe(self, engine: ChainEngine) -> None:
+        self.warmup.observe(engine)
         if engine.draws_done < self.warmup_draws // 2:
             return
         other = engine.probe_gradient()
@@ -147,6 +183,10 @@ class MandtRateControl(ScheduleControl):
             self.square_difference += difference
         self.count += 1
 
+    def on_divergence(self, engine: ChainEngine, chains: torch.Tensor) -> None:
+        if self.rates is None:
+            self.warmup.on_divergence(engine, chains)
+
     def end_warmup(self, engine: ChainEngine) -> None:
         if self.square_difference is None or not bool((self.square_difference.sum(1) > 0).all()):
             raise ValueError(
@@ -156,24 +196,20 @@ class MandtRateControl(ScheduleControl):
             )
         mean = {"z": self.square_difference / self.count}
         rates = optimal_constant_rates(mean, engine.num_data, diagonal=self.diagonal, batch_ndim=1)
-        if self.diagonal:
-            self.rates = self.multiplier * rates["z"]
-            self.preconditioner = {"z": self.rates}
-        else:
-            self.rates = self.multiplier * rates
+        self.rates = self.multiplier * (rates["z"] if self.diagonal else rates)
 
     def state_dict(self) -> dict[str, Any]:
         square = self.square_difference
         return {
+            "warmup": self.warmup.state_dict(),
             "square_difference": None if square is None else square.clone(),
             "count": self.count,
             "rates": self.rates,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.warmup.load_state_dict(state["warmup"])
         square = state["square_difference"]
         self.square_difference = None if square is None else square.clone()
         self.count = state["count"]
         self.rates = state["rates"]
-        if self.rates is not None and self.diagonal:
-            self.preconditioner = {"z": self.rates}

@@ -1,10 +1,11 @@
 r"""Divergences of SG-MCMC chains: detection, per-chain bookkeeping and the give-up rule.
 
-A step *diverges* for a chain when its new potential, gradient or position is not finite, or
-when the potential blows up: it jumps far above its running level (the analogue of NUTS's
-energy error), see :class:`BlowUpDetector`. The engine then puts the chain back to its last good
-state; :class:`DivergenceMonitor` counts what happened so that the statistics mark it, and
-raises :class:`~pyro_sgmcmc.SamplerDivergedError` when a chain diverges
+A step *diverges* for a chain when its new potential, gradient or position is not finite, when
+a coordinate runs away (moves many standard deviations of the step's injected noise: an unstable
+step), or when the potential blows up: it jumps far above where the chain just was (the analogue
+of NUTS's energy error), see :class:`BlowUpDetector`. The engine then puts the chain back to
+its last good state; :class:`DivergenceMonitor` counts what happened so that the statistics
+mark it, and raises :class:`~pyro_sgmcmc.SamplerDivergedError` when a chain diverges
 ``max_consecutive`` times in a row.
 """
 
@@ -18,25 +19,31 @@ import torch
 from ..errors import SamplerDivergedError
 from .layout import FlatLayout
 
-__all__ = ["BlowUpDetector", "DivergenceMonitor"]
+__all__ = ["RUNAWAY", "RUNAWAY_GROWTH", "BlowUpDetector", "DivergenceMonitor"]
+
+#: A move larger than ``sqrt(RUNAWAY)`` standard deviations of a step's injected noise (in one
+#: coordinate), and ``RUNAWAY_GROWTH`` times the chain's running level, is a runaway (see
+#: :meth:`DivergenceMonitor.check`).
+RUNAWAY, RUNAWAY_GROWTH = 200.0, 25.0
 
 
 class BlowUpDetector:
-    r"""Flags a potential that jumps far above where the chain just was.
+    r"""Flags a potential that jumps far above its running level.
 
-    Per chain it keeps the last accepted potential :math:`U_{t}` and an exponential moving
-    average :math:`s_t` of the step-to-step changes :math:`|U_{t} - U_{t-1}|` (memory
-    ``1/(1 - decay)`` steps). A new value :math:`U` is a blow-up when
+    Per chain it keeps exponential moving averages (memory ``1/(1 - decay)`` steps) of the
+    accepted potential, :math:`m_t`, and of its absolute deviation from that level,
+    :math:`s_t`. A new value :math:`U` is a blow-up when
 
     .. math::
 
-        U - U_t > \max(k\, s_t,\; \Delta_{\min}),
+        U - m_t > \max(k\, s_t,\; \Delta_{\min}),
 
-    a rise by ``k`` typical changes and by at least ``minimum_jump`` nats in one step (NUTS
-    declares a divergence at an energy error of 1000). Minibatch potentials on different
-    minibatches differ by :math:`O(N/\sqrt{B})`, which :math:`s_t` measures, so ordinary
-    minibatch noise is not flagged; a gradual rise (a chain leaving a mode for the typical set)
-    is made of small changes and is not flagged either. The first ``burn_in`` steps only set the
+    a rise by ``k`` typical deviations and by at least ``minimum_jump`` nats (NUTS declares a
+    divergence at an energy error of 1000). Minibatch potentials on different minibatches differ
+    by :math:`O(N/\sqrt{B})`, which :math:`s_t` measures, so ordinary minibatch noise is not
+    flagged; a gradual rise (a chain leaving a mode for the typical set) moves the level with it.
+    Comparing with the level rather than with the last value means that one lucky minibatch
+    cannot make every later one look like a jump. The first ``burn_in`` steps only set the
     scale.
     """
 
@@ -46,44 +53,63 @@ class BlowUpDetector:
         *,
         factor: float = 20.0,
         minimum_jump: float = 1000.0,
-        decay: float = 0.98,
+        decay: float = 0.95,
         burn_in: int = 10,
     ) -> None:
         self.factor, self.minimum_jump = factor, minimum_jump
         self.decay, self.burn_in = decay, burn_in
-        self.previous = torch.zeros(num_chains, dtype=torch.float64)
+        self.level = torch.zeros(num_chains, dtype=torch.float64)
         self.spread = torch.zeros(num_chains, dtype=torch.float64)
         self.count = 0
+        self.pending_rebase = False
 
     def blown_up(self, value: torch.Tensor) -> torch.Tensor:
         """``(C,)`` mask of chains whose new potential ``value`` is a blow-up."""
         if self.count < self.burn_in:
-            return torch.zeros_like(self.previous, dtype=torch.bool)
+            return torch.zeros_like(self.level, dtype=torch.bool)
+        return self.exceeds(value.detach().double().cpu() - self.level)
+
+    def exceeds(self, rise: torch.Tensor) -> torch.Tensor:
+        """``(C,)`` mask of rises of the potential beyond the blow-up threshold."""
         jump = (self.factor * self.spread).clamp_min(self.minimum_jump)
-        return value.detach().double().cpu() - self.previous > jump
+        return rise.detach().double().cpu() > jump
+
+    def rebase(self) -> None:
+        """Restart the level at the next accepted value (the spread is kept)."""
+        self.pending_rebase = True
 
     def accept(self, value: torch.Tensor, chains: torch.Tensor | None = None) -> None:
         """Record the accepted ``value`` (of the chains in the mask, if given)."""
         value = value.detach().double().cpu()
+        if self.pending_rebase:
+            keep = torch.ones_like(self.level, dtype=torch.bool) if chains is None else chains
+            self.level = torch.where(keep.cpu(), value, self.level)
+            self.pending_rebase = False
+            return
         if self.count == 0:
-            change = torch.zeros_like(value)
-        else:
-            change = (value - self.previous).abs()
+            self.level = value.clone()
         weight = 1.0 / (self.count + 1) if self.count < self.burn_in else 1.0 - self.decay
-        spread = self.spread + weight * (change - self.spread)
+        spread = self.spread + weight * ((value - self.level).abs() - self.spread)
+        level = self.level + weight * (value - self.level)
         if chains is None:
-            self.previous, self.spread = value, spread
+            self.level, self.spread = level, spread
         else:
             keep = chains.cpu()
-            self.previous = torch.where(keep, value, self.previous)
+            self.level = torch.where(keep, level, self.level)
             self.spread = torch.where(keep, spread, self.spread)
         self.count += 1
 
     def state_dict(self) -> dict[str, Any]:
-        return {"previous": self.previous, "spread": self.spread, "count": self.count}
+        return {
+            "level": self.level,
+            "spread": self.spread,
+            "count": self.count,
+            "pending_rebase": self.pending_rebase,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.previous, self.spread, self.count = state["previous"], state["spread"], state["count"]
+        self.level, self.spread, self.count = state["level"], state["spread"], state["count"]
+        self.pending_rebase = state["pending_rebase"]
 
 
 class DivergenceMonitor:
@@ -119,6 +145,8 @@ class DivergenceMonitor:
         self.steps: list[list[int]] = [[] for _ in range(num_chains)]
         self.warmup_steps: list[int] = [0] * num_chains
         self.draw_diverged = torch.zeros(num_chains, dtype=torch.bool)
+        self.move_level = torch.ones(num_chains, dtype=torch.float64)
+        self.move_count = torch.zeros(num_chains, dtype=torch.long)
         self.last_bad_sites: list[str] = []
         self.last_step = 0
         self.last_reason = ""
@@ -130,6 +158,14 @@ class DivergenceMonitor:
         total = value + grad.sum(1) + position.sum(1)
         return ~torch.isfinite(total).cpu()
 
+    def _update_move_level(self, largest: torch.Tensor, accepted: torch.Tensor) -> None:
+        """Running level (geometric mean over about ten steps) of the largest move ratio."""
+        log = largest.clamp_min(1e-30).log()
+        first = self.move_count == 0
+        level = torch.where(first, log, 0.9 * self.move_level.log() + 0.1 * log).exp()
+        self.move_level = torch.where(accepted, level, self.move_level)
+        self.move_count = self.move_count + accepted.long()
+
     def start_draw(self) -> None:
         self.draw_diverged.zero_()
 
@@ -140,12 +176,48 @@ class DivergenceMonitor:
         position: torch.Tensor,
         step: int,
         warmup: bool,
+        move: torch.Tensor | None = None,
+        move_variance: Any = None,
+        rebase: bool = False,
+        confirm: Any = None,
     ) -> torch.Tensor | None:
-        """The ``(C,)`` mask of chains that diverged at ``step``, or ``None`` if none did."""
+        r"""The ``(C,)`` mask of chains that diverged at ``step``, or ``None`` if none did.
+
+        ``move`` (the ``(C, D)`` change of position) and ``move_variance`` (the variance of the
+        noise the step injected, per coordinate) flag a *runaway*, the first sign of an unstable
+        step (an oscillation that grows), seen before the potential explodes: a coordinate whose
+        squared move, in units of the injected variance, exceeds both :data:`RUNAWAY` and
+        :data:`RUNAWAY_GROWTH` times the chain's running level of that largest ratio. At
+        equilibrium the largest of ``D`` such ratios is about :math:`2 \log D`, far below 200;
+        far from equilibrium the drift dominates and the ratio is large but steady, which the
+        running level absorbs; a growing oscillation multiplies it within a few steps.
+
+        ``rebase`` (the step also redrew the Gibbs-updated sites, which shifts the potential by
+        an exact conditional draw) skips the blow-up test for this step and restarts the
+        potential's running level there. ``confirm()``, when given, returns the ``(C,)`` rise of
+        the potential from the old to the new position *on the same minibatch*: a jump is a
+        blow-up only if that rise is one too, so that a minibatch holding rows the chain fits
+        badly (heavy-tailed data) is not mistaken for an unstable step.
+        """
         bad = self.non_finite(value, grad, position)
         reason = "non-finite values"
-        if self.blow_up is not None:
-            blown = self.blow_up.blown_up(value)
+        self.runaway: torch.Tensor | None = None
+        if move is not None and move_variance is not None:
+            ratio = move.square() / move_variance
+            largest = ratio.amax(1).detach().double().cpu()
+            limit = (RUNAWAY_GROWTH * self.move_level).clamp_min(RUNAWAY)
+            runaway = (largest > limit) & ~bad & (self.move_count > 0)
+            self._update_move_level(largest, ~(bad | runaway))
+            if bool(runaway.any()):
+                self.runaway = ratio > limit.to(ratio.device, ratio.dtype).reshape(-1, 1)
+                reason = "a runaway move" if not bool(bad.any()) else reason
+                bad = bad | runaway
+        if self.blow_up is not None and rebase:
+            self.blow_up.rebase()
+        elif self.blow_up is not None:
+            blown = self.blow_up.blown_up(value) & ~bad
+            if bool(blown.any()) and confirm is not None:
+                blown = blown & self.blow_up.exceeds(confirm())
             if bool((blown & ~bad).any()):
                 reason = "a blow-up of the potential" if not bool(bad.any()) else reason
             bad = bad | blown
@@ -207,6 +279,8 @@ class DivergenceMonitor:
             "steps": [list(s) for s in self.steps],
             "warmup_steps": list(self.warmup_steps),
             "draw_diverged": self.draw_diverged.clone(),
+            "move_level": self.move_level.clone(),
+            "move_count": self.move_count.clone(),
             "blow_up": None if self.blow_up is None else self.blow_up.state_dict(),
         }
 
@@ -215,5 +289,7 @@ class DivergenceMonitor:
         self.steps = [list(s) for s in state["steps"]]
         self.warmup_steps = list(state["warmup_steps"])
         self.draw_diverged = state["draw_diverged"].clone()
+        self.move_level = state["move_level"].clone()
+        self.move_count = state["move_count"].clone()
         if self.blow_up is not None and state["blow_up"] is not None:
             self.blow_up.load_state_dict(state["blow_up"])

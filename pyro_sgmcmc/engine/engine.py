@@ -39,6 +39,7 @@ from .estimators import MinibatchGradient
 from .gibbs_blocks import GibbsBlocks
 from .layout import FlatLayout
 from .minibatch import Minibatcher
+from .virial import VirialMeter
 
 __all__ = ["FLAT", "ChainEngine", "DrawStats"]
 
@@ -151,6 +152,8 @@ class ChainEngine:
         self.fixed: dict[str, torch.Tensor] = {}
         self.value: torch.Tensor | None = None
         self.grad: torch.Tensor | None = None
+        self.rows: torch.Tensor | None = None
+        self.virial = VirialMeter(len(self.generators))
 
     # ------------------------------------------------------------------ position
     @property
@@ -179,16 +182,19 @@ class ChainEngine:
         self.state = self.algorithm.init({FLAT: flat}, self.options)
         self.fixed = dict(fixed)
         self.estimator.refresh(self.fixed)
-        self.value, self.grad = self.estimator(flat, self.fixed, self.batches.next())
+        self.rows = self.batches.next()
+        self.value, self.grad = self.estimator(flat, self.fixed, self.rows)
         bad = self.monitor.non_finite(self.value, self.grad, flat)
-        if bool(bad.any()):
-            chains = bad.nonzero().flatten().tolist()
-            sites = self.layout.sites_where(~torch.isfinite(self.grad[bad]))
-            raise ValueError(
-                f"the starting point of chain(s) {chains} has a non-finite potential or gradient "
-                f"(sites {sites or 'unknown: the potential itself'}); give other initial_params "
-                "or another init_strategy"
-            )
+        if not bool(bad.any()):
+            self.control.begin(self)
+            return
+        chains = bad.nonzero().flatten().tolist()
+        sites = self.layout.sites_where(~torch.isfinite(self.grad[bad]))
+        raise ValueError(
+            f"the starting point of chain(s) {chains} has a non-finite potential or gradient "
+            f"(sites {sites or 'unknown: the potential itself'}); give other initial_params "
+            "or another init_strategy"
+        )
 
     # ------------------------------------------------------------------ stepping
     def draw(self) -> DrawStats:
@@ -196,6 +202,7 @@ class ChainEngine:
         control is in an exploration phase."""
         if self.draws_done == self.warmup_draws:
             self.control.end_warmup(self)
+            self.virial.reset()
         self.monitor.start_draw()
         steps = 0
         while True:
@@ -228,21 +235,31 @@ class ChainEngine:
         """One gradient step of every chain; returns whether it was in a sampling phase."""
         t = self.t
         sampling = self.control.is_sampling(t)
-        temperature = self.temperature if sampling else 0.0
+        temperature = self.temperature if self.control.heats(t) else 0.0
         inputs = self._inputs(t, temperature)
         new_state = self.algorithm.step(self.state, {FLAT: self.grad}, inputs, self.options)
         self.t += 1
         fixed = self.fixed
-        if self.gibbs is not None and self.gibbs.due(self.t):
+        gibbs = self.gibbs is not None and self.gibbs.due(self.t) and self.control.updates_gibbs(t)
+        if gibbs:
             fixed = self.gibbs(new_state.position[FLAT], fixed)
             self.estimator.refresh(fixed)
         position = new_state.position[FLAT]
-        value, grad = self.estimator(position, fixed, self.batches.next())
-        bad = self.monitor.check(value, grad, position, self.t, self.in_warmup)
+        rows = self.batches.next()
+        value, grad = self.estimator(position, fixed, rows)
+        variance = self.algorithm.move_variance(self.state, inputs, self.options)
+        bad = self.monitor.check(
+            value, grad, position, self.t, self.in_warmup,
+            position - self.position, None if variance is None else variance[FLAT],
+            rebase=gibbs, confirm=lambda: self._same_rows_rise(position, fixed),
+        )  # fmt: skip
         if bad is None:
             self.state, self.fixed, self.value, self.grad = new_state, fixed, value, grad
+            self.rows = rows
         else:
-            self._revert(bad, new_state, fixed, value, grad)
+            self._revert(bad, new_state, fixed, value, grad, rows)
+        if temperature > 0:
+            self.virial.update(self.position, self.grad)
         if self.in_warmup:
             self.control.observe(self)
         return sampling
@@ -251,13 +268,20 @@ class ChainEngine:
     def in_warmup(self) -> bool:
         return self.draws_done < self.warmup_draws
 
-    def _revert(self, bad, new_state, fixed, value, grad) -> None:
+    def _same_rows_rise(self, position: torch.Tensor, fixed) -> torch.Tensor:
+        """The rise of the potential from the current to ``position`` on the current rows."""
+        value, _ = self.estimator(position, fixed, self.rows)
+        return value - self.value
+
+    def _revert(self, bad, new_state, fixed, value, grad, rows) -> None:
         """Keep the new state of the good chains; put the bad ones back, momenta at rest."""
         self.state = select_chains(bad, self.algorithm.reset(self.state, bad), new_state)
         fixed_changed = fixed is not self.fixed
         self.fixed = select_chains(bad, self.fixed, fixed)
         self.value = select_chains(bad, self.value, value)
         self.grad = select_chains(bad, self.grad, grad)
+        if rows is not None:
+            self.rows = select_chains(bad, self.rows, rows)
         if fixed_changed:
             self.estimator.refresh(self.fixed)
         self.control.on_divergence(self, bad)
@@ -275,8 +299,30 @@ class ChainEngine:
 
     def probe_gradient(self) -> torch.Tensor:
         """The gradient at the current position on a fresh, independent minibatch per chain."""
-        _, grad = self.estimator(self.position, self.fixed, self.batches.independent())
+        rows = None if self.batches.full_batch else self.batches.independent()
+        _, grad = self.estimator(self.position, self.fixed, rows)
         return grad
+
+    def gradient_on_last_rows(self, flat: torch.Tensor) -> torch.Tensor:
+        """The gradient at ``flat`` on the minibatch of the current position's gradient."""
+        _, grad = self.estimator(flat, self.fixed, self.rows)
+        return grad
+
+    def rademacher(self) -> torch.Tensor:
+        """Random signs shaped like the position, each chain from its own generator."""
+        like = self.position
+        signs = [
+            torch.randint(0, 2, like.shape[1:], generator=g, device=like.device)
+            for g in self.generators
+        ]
+        stacked = signs[0].unsqueeze(0) if len(signs) == 1 else torch.stack(signs)
+        return stacked.to(like.dtype).mul_(2).sub_(1)
+
+    def rest_auxiliary(self) -> None:
+        """Put every chain's auxiliary variables (momenta) at rest, e.g. when the
+        preconditioner changes."""
+        everything = torch.ones(self.num_chains, dtype=torch.bool)
+        self.state = self.algorithm.reset(self.state, everything)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -288,6 +334,8 @@ class ChainEngine:
             "fixed": dict(self.fixed),
             "value": self.value,
             "grad": self.grad,
+            "rows": self.rows,
+            "virial": self.virial.state_dict(),
             "generators": [g.get_state() for g in self.generators],
             "batches": self.batches.state_dict(),
             "monitor": self.monitor.state_dict(),
@@ -302,7 +350,8 @@ class ChainEngine:
         template = self.algorithm.init({FLAT: state["value"].new_zeros(1, 1)}, self.options)
         self.state = load_state(template, state["state"])
         self.fixed = dict(state["fixed"])
-        self.value, self.grad = state["value"], state["grad"]
+        self.value, self.grad, self.rows = state["value"], state["grad"], state["rows"]
+        self.virial.load_state_dict(state["virial"])
         for generator, saved in zip(self.generators, state["generators"], strict=True):
             generator.set_state(saved)
         self.batches.load_state_dict(state["batches"])

@@ -26,13 +26,18 @@ from .._validation import check_positive_int
 from ..checkpoint_files import check_signature
 from ..dynamics.registry import get_algorithm
 from ..engine.build import PreparedChains, prepare_chains
+from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
 from ..engine.settings import SamplerSettings
 from ..errors import CheckpointError, SamplerDivergedError
 from ..gibbs import GibbsUpdate
+from ..initialization import init_to_fan_in
 from ..schedules import StepSchedule
 
 TensorDict = dict[str, torch.Tensor]
+#: The kernels' default start: weight tensors uniform in +-2/sqrt(fan-in), every other site
+#: uniform in (-2, 2) in unconstrained space (Pyro's default): over-dispersed and network-scaled.
+DEFAULT_INIT = init_to_fan_in(2.0, init_to_uniform)
 StepSizeArgument = float | StepSchedule | Callable[[int], float] | None
 
 
@@ -57,7 +62,7 @@ class StochasticGradientKernel(MCMCKernel):
         subsample_plate: str = "data",
         num_steps_per_sample: int = 1,
         temperature: float = 1.0,
-        init_strategy: Callable = init_to_uniform,
+        init_strategy: Callable = DEFAULT_INIT,
         seed: int | None = None,
         gibbs_updates: Sequence[GibbsUpdate] | Literal["auto"] | None = "auto",
         gibbs_every: int | None = None,
@@ -143,6 +148,7 @@ class StochasticGradientKernel(MCMCKernel):
         chain = self._chain_index()
         self._reset_chain()
         self._num_setups += 1
+        self._data = (args, kwargs)
         self._chains = prepare_chains(
             self.settings, self.rule, self.options, self.model, args, kwargs,
             chains=[chain], warmup_draws=warmup_steps,
@@ -167,6 +173,8 @@ class StochasticGradientKernel(MCMCKernel):
         if self._num_draws >= self._warmup_steps:
             self._recorder.add(draws, stats)
         self._num_draws += 1
+        if self._num_draws == self._warmup_steps and self._warmup_steps > 0:
+            warn_all(self._chains.warmup_messages(self.model, *self._data))
         self._last_returned = {name: value[0] for name, value in draws.items()}
         return self._last_returned
 
@@ -299,6 +307,8 @@ class StochasticGradientKernel(MCMCKernel):
         """
         stats = {name: value[0] for name, value in self._recorder.stats().items()}
         monitor = None if self._chains is None else self._chains.engine.monitor
+        if self._chains is not None and self._recorder.draws:
+            warn_all(self._chains.final_messages(self._recorder.stacked()))
         return {
             "divergences": np.flatnonzero(stats["diverging"]).tolist(),
             "warmup_divergences": 0 if monitor is None else monitor.warmup_steps[0],

@@ -41,8 +41,11 @@ class SGLD(StochasticGradientKernel):
     temperature:
         :math:`T > 0`.
     init_strategy:
-        A Pyro init strategy (default ``init_to_uniform``, as NUTS); use
-        ``pyro.infer.autoguide.init_to_sample`` for over-dispersed draws from the prior.
+        A Pyro init strategy. The default,
+        :func:`init_to_fan_in(2.0, init_to_uniform) <pyro_sgmcmc.initialization.init_to_fan_in>`,
+        starts weight tensors uniformly in :math:`\pm 2/\sqrt{\text{fan-in}}` and every other
+        site uniformly in :math:`(-2, 2)` in unconstrained space (NUTS's default): over-dispersed
+        starts, which R-hat needs, at a network's scale.
     seed:
         Seed of the chains' generators: chain ``c`` uses a seed derived from ``(seed, c)``.
         ``None`` draws the seeds from torch's global RNG, so ``pyro.set_rng_seed`` makes the run

@@ -137,8 +137,8 @@ class _ScaleMixtureLogProbSum(torch.autograd.Function):
     r"""Fused scale-mixture log density :math:`\sum_j \log p(w_j)` and its gradient.
 
     With :math:`a_k = c_k - h_k w^2` (:math:`c_k` the log weight and normaliser, :math:`h_k =
-    1/(2\sigma_k^2)`) and :math:`d = a_1 - a_2`, the log density is :math:`a_2 +
-    \operatorname{softplus}(d)` and its derivative
+    1/(2\sigma_k^2)`) and :math:`d = a_1 - a_2`, the log density is :math:`\max(a_1, a_2) +
+    \operatorname{softplus}(-|d|)` and its derivative
     :math:`-2w\,[h_2 + (h_1 - h_2)\,\sigma(d)]` (:math:`\sigma` the logistic function, the
     responsibility of the first component). Autograd through ``torch.logaddexp`` costs about 50
     times more on CPU, which would dominate an SG-MCMC step.
@@ -149,15 +149,16 @@ class _ScaleMixtureLogProbSum(torch.autograd.Function):
         ctx, w: torch.Tensor, c1: float, c2: float, h1: float, h2: float, batch_ndim: int = 0
     ) -> torch.Tensor:
         w2 = w * w
+        log1 = w2.mul(-h1).add_(c1)
+        log2 = w2.mul(-h2).add_(c2)
         d = w2.mul(h2 - h1).add_(c1 - c2)
         ctx.save_for_backward(w, d)
         ctx.h = (h1, h2)
         ctx.event_ndim = w.dim() - batch_ndim
-        return (
-            event_numel(w, batch_ndim) * c2
-            - h2 * sum_event(w2, batch_ndim)
-            + sum_event(F.softplus(d), batch_ndim)
-        )
+        # log(e^a1 + e^a2) = max(a1, a2) + softplus(-|a1 - a2|), without the cancellation of
+        # a2 + softplus(a1 - a2) when the narrow component's a2 is large and negative
+        log_density = torch.where(d > 0, log1, log2).add_(F.softplus(-d.abs()))
+        return sum_event(log_density, batch_ndim)
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):

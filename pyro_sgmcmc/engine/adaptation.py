@@ -1,0 +1,366 @@
+r"""The tuning-free warm-up: the engine adapts its step size and a diagonal preconditioner.
+
+A kernel given neither ``step_size`` nor ``learning_rate`` runs the warm-up below, per chain,
+then freezes what it learnt for the sampling phase, as NUTS does with its step size and mass
+matrix.
+
+1. **Descent** (first 25% of the warm-up steps, temperature 0). RMSprop-normalised gradient steps
+   (momentum steps for SGHMC: then it is Adam's update), so every coordinate moves by about
+   ``lr`` per step whatever the gradient's scale; ``lr`` ramps geometrically from
+   ``lr / 100`` to ``lr`` over the first steps and is halved at every divergence (a non-finite
+   value or a blow-up of the potential), after which the chain restarts from its last good
+   state. No initial point -- uniform, a prior draw, a MAP fit -- can make the first steps
+   explode.
+2. **Measurement.** From 15% of the warm-up on, every ``probe_every`` steps two extra gradients
+   are evaluated at the current position :math:`z`: one on an independent minibatch, which gives
+   the minibatch gradient's variance, :math:`\hat V_i = \tfrac12 (g_S - g_{S'})_i^2`, and one on
+   the *same* minibatch at :math:`z + \epsilon \odot \delta` with Rademacher :math:`\delta`,
+   which gives the Hessian's diagonal (Hutchinson's estimator),
+   :math:`\hat H_{ii} = \delta_i (g_S(z + \epsilon\odot\delta) - g_S(z))_i / \epsilon_i`.
+3. **Adaptation windows** (25-40%, 40-60%, 60-100% of the warm-up, temperature :math:`T`). The
+   chain samples with the constant diagonal preconditioner
+
+   .. math::
+
+       P_i = \frac{T}{T \hat H_{ii} + \hat V_i},
+
+   measured in the previous window, and a constant step :math:`h` in the whitened coordinates
+   :math:`P^{-1/2} z`. For a Gaussian coordinate with curvature :math:`H_i` and gradient noise
+   :math:`V_i`, one Langevin step inflates the stationary variance by a factor
+   :math:`1 + h P_i H_i/2` (discretisation) and :math:`1 + h P_i V_i / (2T)` (gradient noise);
+   with this :math:`P` both :math:`P_i H_i \le 1` and :math:`P_i V_i / T \le 1`, so a fixed
+   :math:`h` bounds both biases in every coordinate, whatever the scales of the model, the data
+   size and the batch size. The gradient noise is also subtracted from the injected noise
+   (:math:`\hat\beta = h P \hat V/2`, Chen et al. 2014), which removes most of what is left of
+   its bias. A window with a divergence halves :math:`h`; so does a window whose configurational
+   temperature :math:`\langle (z - \bar z)\cdot \nabla U\rangle / D`, which equals :math:`T`
+   for the exact target (integration by parts), comes out far above :math:`T` -- the sign of a
+   step too large for correlated directions that the diagonal :math:`P` cannot see.
+4. **Freeze.** At the end of warm-up :math:`h`, :math:`P` and :math:`\hat V` are fixed (pSGLD's
+   RMSprop statistics too). With a constant preconditioner the Langevin diffusion needs no
+   correction term (:math:`\Gamma = 0`), so the sampling phase targets
+   :math:`\exp(-U/T)` up to the :math:`O(h)` discretisation bias bounded above; no Metropolis
+   correction is made.
+
+The step :math:`h` is :math:`0.05` for SGLD (variance bias :math:`\le 2.5\%` per coordinate),
+:math:`\min(0.1, \alpha T)` for SGHMC with friction :math:`\alpha` (bias about :math:`h/4`, and
+:math:`\hat\beta \le \alpha T / 2` keeps the injected noise positive), and for pSGLD, whose
+preconditioner is its own frozen RMSprop diagonal :math:`G`, :math:`0.05 / \max_i G_i (T \hat
+H_{ii} + \hat V_i)/T`.
+
+References
+----------
+T. Chen, E. B. Fox and C. Guestrin, "Stochastic gradient Hamiltonian Monte Carlo", ICML 2014.
+
+S. Ahn, A. Korattikara and M. Welling, "Bayesian posterior sampling via stochastic gradient Fisher
+scoring", ICML 2012 (a preconditioner from the gradient noise).
+
+J. T. Springenberg, A. Klein, S. Falkner and F. Hutter, "Bayesian optimization with robust
+Bayesian neural networks", NeurIPS 2016 (scale-adapted SGHMC).
+
+M. F. Hutchinson, "A stochastic estimator of the trace of the influence matrix for Laplacian
+smoothing splines", Communications in Statistics 18(3), 1989.
+
+M. D. Hoffman and A. Gelman, "The No-U-Turn sampler", JMLR 15, 2014 (warm-up that freezes its
+adaptation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..dynamics.psgld import rmsprop_preconditioner
+from .controls import StepControl
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import ChainEngine
+
+__all__ = ["MINIMUM_WARMUP_STEPS", "AdaptiveControl"]
+
+#: The adaptive warm-up needs at least this many gradient steps.
+MINIMUM_WARMUP_STEPS = 20
+#: Movement per step and coordinate of the descent, in the parameters' units.
+DESCENT_RATE = 2e-2
+#: Per rule, the bound :math:`c_H` on :math:`e_i H_{ii}` for the per-coordinate step
+#: :math:`e_i = h P_i` (SGLD's variance bias is :math:`e H / 2`, SGHMC's about :math:`e H / 4`).
+CURVATURE_BOUND = {"sgld": 0.05, "psgld": 0.05, "sghmc": 0.1}
+#: The bound :math:`c_V` on the gradient noise's share :math:`e_i V_i / (b T)` of the injected
+#: noise (:math:`b = 1`, or SGHMC's friction :math:`\alpha`): for sampling, and (larger) for
+#: the first adaptation windows, whose only job is to reach the typical set quickly.
+NOISE_BOUND, BURN_IN_NOISE_BOUND = 0.1, 0.1
+#: A coordinate's step is at most this multiple of the median step of its site.
+SITE_CAP = 4.0
+#: Fractions of the warm-up: Gibbs updates start, measurements start, descent ends, windows end,
+#: and the last window (sampling settings) starts.
+SCHEDULE = {"gibbs": 0.25, "probe": 0.35, "descent": 0.5, "windows": (0.6, 0.75), "last": 0.75}
+#: Relative size of the finite-difference perturbation (of a posterior standard deviation).
+PERTURBATION = 0.05
+
+
+class AdaptiveControl(StepControl):
+    """The warm-up of the module docstring, for ``C`` chains.
+
+    Parameters
+    ----------
+    algorithm:
+        ``"sgld"``, ``"sghmc"`` or ``"psgld"``.
+    options:
+        The update rule's options (SGHMC's friction, pSGLD's epsilon).
+    temperature:
+        :math:`T` of the sampling phases.
+    num_data:
+        :math:`N`.
+    warmup_steps:
+        Gradient steps of warm-up (``warmup_draws * num_steps_per_sample``), at least
+        :data:`MINIMUM_WARMUP_STEPS`.
+    like:
+        A ``(C, D)`` tensor with the dtype and device of the positions.
+    probe_every:
+        Steps between two measurements.
+    """
+
+    def __init__(
+        self,
+        algorithm: str,
+        options: Any,
+        temperature: float,
+        num_data: int,
+        warmup_steps: int,
+        like: torch.Tensor,
+        probe_every: int = 4,
+    ) -> None:
+        if warmup_steps < MINIMUM_WARMUP_STEPS:
+            raise ValueError(
+                f"the adaptive warm-up (no step_size or learning_rate given) needs at least "
+                f"{MINIMUM_WARMUP_STEPS} warm-up gradient steps (warmup_steps x "
+                f"num_steps_per_sample), got {warmup_steps}: give more warm-up draws, or a "
+                "step_size"
+            )
+        self.algorithm, self.options = algorithm, options
+        self.temperature, self.num_data = temperature, num_data
+        self.probe_every = probe_every
+        self.curvature_bound = CURVATURE_BOUND[algorithm]
+        self.noise_budget = options.friction if algorithm == "sghmc" else 1.0
+        self.gibbs_start = int(SCHEDULE["gibbs"] * warmup_steps)
+        self.probe_start = int(SCHEDULE["probe"] * warmup_steps)
+        self.descent_end = int(SCHEDULE["descent"] * warmup_steps)
+        self.last_window = int(SCHEDULE["last"] * warmup_steps)
+        self.window_ends = [self.descent_end]
+        self.window_ends += [int(f * warmup_steps) for f in SCHEDULE["windows"]]
+        self.window_ends.append(warmup_steps)
+        column = like.new_ones(like.shape[0], 1)
+        self.rate = DESCENT_RATE * column
+        self.step = self.curvature_bound * column
+        self.window_start = self.descent_end
+        self.square = torch.zeros_like(like)
+        self.count = 0
+        self.fisher: torch.Tensor | None = None
+        self.curvature_sum = torch.zeros_like(like)
+        self.noise_sum = torch.zeros_like(like)
+        self.probes = torch.zeros_like(column)
+        self.frozen = False
+        self.window_diverged = torch.zeros(like.shape[0], dtype=torch.bool)
+
+    # ------------------------------------------------------------------ what the engine reads
+    @property
+    def adapting(self) -> bool:
+        return not self.frozen
+
+    def heats(self, t: int) -> bool:
+        return t >= self.descent_end
+
+    def updates_gibbs(self, t: int) -> bool:
+        # the start of the descent holds the Gibbs sites at their starting values: redrawing a
+        # noise precision from the residuals of a network far from any fit would make the
+        # likelihood flat and the descent stall (the "everything is noise" fixed point)
+        return t >= self.gibbs_start
+
+    def step_size(self, t: int) -> torch.Tensor:
+        if t < self.descent_end:
+            ramp = min(1.0, 0.01 * 10 ** (t / 25.0))
+            return self._descent_scale() * ramp * self.rate
+        if self.frozen or t - self.window_start >= 20:
+            return self.step
+        return self.step * 10 ** ((t - self.window_start) / 20.0 - 1.0)
+
+    @property
+    def preconditioner(self) -> dict[str, torch.Tensor] | None:
+        if self.algorithm == "psgld":
+            return None
+        if self.fisher is not None:
+            return {"z": self.fisher}
+        return {"z": self._rmsprop()}
+
+    def _descent_scale(self) -> float:
+        """``lr`` as a step size: RMSprop steps move each coordinate by ``step``, heavy-ball
+        steps by ``step / friction``, pSGLD's steps (gradient per datum) by ``step * N``."""
+        if self.algorithm == "sghmc":
+            return self.options.friction
+        if self.algorithm == "psgld":
+            return 1.0 / self.num_data
+        return 1.0
+
+    def _rmsprop(self) -> torch.Tensor:
+        """RMSprop's diagonal from the bias-corrected running mean of the squared gradient,
+        with a floor of a tenth of the mean gradient scale: coordinates with gradients far
+        smaller than the rest are not pushed at full speed along what is nearly flat."""
+        scale = (self.square / (1.0 - 0.99 ** max(self.count, 1))).sqrt()
+        return (scale + 0.1 * scale.mean(1, keepdim=True)).reciprocal()
+
+    # ------------------------------------------------------------------ what it observes
+    def begin(self, engine: ChainEngine) -> None:
+        """Seed RMSprop's statistic with the gradient at the start (no step is ever taken
+        with an empty statistic)."""
+        if self.count == 0:
+            self.square.lerp_(engine.grad.square(), 0.01)
+            self.count = 1
+
+    def observe(self, engine: ChainEngine) -> None:
+        t = engine.t  # steps made so far
+        if t <= self.descent_end:
+            self.square.lerp_(engine.grad.square(), 0.01)
+            self.count += 1
+        if t >= self.probe_start and t % self.probe_every == 0:
+            self._probe(engine)
+        if t in self.window_ends:
+            self._end_window(engine)
+
+    def _probe(self, engine: ChainEngine) -> None:
+        """Accumulate the gradient noise and the Hessian's diagonal at the current position."""
+        grad = engine.grad
+        noise = 0.5 * (grad - engine.probe_gradient()).square()
+        sign = engine.rademacher()
+        if self.fisher is not None:
+            epsilon = PERTURBATION * (self.temperature * self.fisher).sqrt()
+        else:
+            epsilon = 0.1 * DESCENT_RATE * torch.ones_like(grad)
+        moved = engine.gradient_on_last_rows(engine.position + epsilon * sign)
+        # |delta_i (H delta)_i| averages to at least |H_ii|: coordinates coupled to others get a
+        # larger (safer) estimate, uncoupled ones the exact one
+        curvature = ((moved - grad) / epsilon).abs()
+        # a probe that lands where the model is not finite is left out (for that chain)
+        finite = (torch.isfinite(noise) & torch.isfinite(curvature)).all(1, keepdim=True)
+        self.noise_sum += torch.where(finite, noise, 0.0)
+        self.curvature_sum += torch.where(finite, curvature, 0.0)
+        self.probes = self.probes + finite.to(grad.dtype)
+
+    def _end_window(self, engine: ChainEngine) -> None:
+        """New preconditioner from the measurements so far; smaller steps where needed."""
+        if not bool((self.probes > 0).all()):
+            return
+        noise = self.noise_sum / self.probes
+        # the empirical Fisher (B/N) V, the likelihood's curvature for a well-specified model,
+        # bounds the curvature from below; so does a millionth of the median (flat coordinates)
+        fisher = noise * (engine.batches.batch_size / engine.num_data)
+        curvature = torch.maximum(self.curvature_sum / self.probes, fisher)
+        floor = 1e-6 * curvature.median(1, keepdim=True).values
+        curvature = torch.maximum(curvature, floor.clamp_min(torch.finfo(floor.dtype).tiny))
+        bound = NOISE_BOUND if engine.t >= self.last_window else BURN_IN_NOISE_BOUND
+        tiny = torch.finfo(noise.dtype).tiny
+        # per-coordinate step h P_i: the smaller of the curvature and the noise bounds
+        allowed = torch.minimum(
+            self.curvature_bound / curvature.clamp_min(tiny),
+            bound * self.noise_budget * self.temperature / noise.clamp_min(tiny),
+        )
+        allowed = self._site_cap(engine, allowed)
+        if self.algorithm == "psgld":
+            self.step = self._psgld_step(engine, allowed)
+        else:
+            self.fisher = allowed / self.curvature_bound
+        shrink = self.window_diverged
+        if engine.t == self.window_ends[-1]:
+            hot = engine.virial.too_hot(self.temperature)
+            shrink = shrink if hot is None else shrink | hot
+        self.step = torch.where(shrink.reshape(-1, 1), 0.5 * self.step, self.step)
+        # older measurements count half as much as those of the window just ended
+        self.curvature_sum *= 0.5
+        self.noise_sum *= 0.5
+        self.probes *= 0.5
+        self.window_diverged.zero_()
+        self.window_start = engine.t
+        engine.virial.reset()
+        engine.rest_auxiliary()
+
+    @staticmethod
+    def _site_cap(engine: ChainEngine, allowed: torch.Tensor) -> torch.Tensor:
+        """At most :data:`SITE_CAP` times the median step of the coordinate's site.
+
+        A coordinate of a tensor site that looks flat at the measured points -- the weights of a
+        ReLU unit that is inactive on every row, which only the prior curves -- would otherwise
+        take steps thousands of times larger than its neighbours; the first step that wakes
+        the unit up meets the curvature of a live one and is unstable.
+        """
+        capped = []
+        for part in allowed.split(engine.layout.sizes, dim=1):
+            median = part.median(1, keepdim=True).values
+            capped.append(torch.minimum(part, SITE_CAP * median))
+        return torch.cat(capped, 1)
+
+    def _psgld_step(self, engine: ChainEngine, allowed: torch.Tensor) -> torch.Tensor:
+        r"""pSGLD's step: the largest :math:`h` with :math:`h G_i` within every coordinate's
+        bound, :math:`G` being pSGLD's own RMSprop diagonal."""
+        average = engine.state.square_average
+        if average is None:
+            return self.step
+        gain = rmsprop_preconditioner(average["z"], self.options.epsilon)
+        return (allowed / gain).amin(1, keepdim=True)
+
+    def on_divergence(self, engine: ChainEngine, chains: torch.Tensor) -> None:
+        """A coordinate that ran away gets a ten times smaller preconditioner (its curvature was
+        underestimated, or has grown: a ReLU unit that came back to life); during warm-up, a
+        non-finite step halves the chain's step (down to a thousandth of its start); a jump of
+        the potential alone (which a minibatch can cause) only puts the chain back. Only ever
+        shrinking the preconditioner, a finite number of times, keeps the frozen sampler's
+        constant-:math:`P` target."""
+        mask = chains.reshape(-1, 1).to(self.rate.device)
+        if engine.monitor.last_reason.startswith("a blow-up"):
+            return
+        if self.frozen:
+            self._shrink_runaway(engine)
+            return
+        if engine.t <= self.descent_end:
+            self.rate = torch.where(mask, 0.5 * self.rate, self.rate)
+            return
+        shrunk = self._shrink_runaway(engine)
+        if shrunk is not None:
+            mask = mask & ~shrunk.reshape(-1, 1).to(mask.device)
+        floor = 1e-3 * self.curvature_bound
+        self.step = torch.where(mask, (0.5 * self.step).clamp_min(floor), self.step)
+        self.window_diverged |= mask.reshape(-1).cpu()
+
+    def _shrink_runaway(self, engine: ChainEngine) -> torch.Tensor | None:
+        """Divide the preconditioner of the coordinates that ran away by ten; return the
+        ``(C,)`` mask of chains that had one (``None`` when there is no such coordinate)."""
+        runaway = engine.monitor.runaway
+        if runaway is None or self.fisher is None:
+            return None
+        runaway = runaway.to(self.fisher.device)
+        self.fisher = torch.where(runaway, 0.1 * self.fisher, self.fisher)
+        return runaway.any(1)
+
+    def end_warmup(self, engine: ChainEngine) -> None:
+        if self.fisher is None and self.algorithm != "psgld":
+            raise RuntimeError("the adaptive warm-up ended before its first measurement")
+        self.frozen = True
+
+    def reported_step_size(self, t: int, num_chains: int):
+        return self.step_size(t).detach().reshape(-1).double().cpu().numpy()
+
+    # ------------------------------------------------------------------ checkpoints
+    _STATE = ("rate", "step", "window_start", "square", "count", "fisher", "curvature_sum",
+              "noise_sum", "probes", "frozen", "window_diverged")  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            name: value.clone() if isinstance(value, torch.Tensor) else value
+            for name in self._STATE
+            for value in [getattr(self, name)]
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for name in self._STATE:
+            value = state[name]
+            setattr(self, name, value.clone() if isinstance(value, torch.Tensor) else value)
