@@ -48,6 +48,10 @@ def _convert_math_blocks(text: str) -> str:
         if "&" in math or "\\\\" in math:
             # Sphinx wraps multi-line math in an alignment environment; MathJax needs it spelled.
             math = f"\\begin{{aligned}}\n{math}\n\\end{{aligned}}"
+        # Markdown nests blocks by multiples of four spaces: a block indented by three (inside
+        # an item "3. ...") would be a paragraph, with its $$ left as text.
+        indent = indent.expandtabs(4)
+        indent = " " * (len(indent) - len(indent) % 4)
         out.append(f"{indent}$$\n")
         out.extend(f"{indent}{line}\n" for line in math.splitlines())
         out.append(f"{indent}$$\n\n")

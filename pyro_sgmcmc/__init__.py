@@ -17,7 +17,12 @@ import importlib
 from typing import Any
 
 from .checkpoint import ResumableMCMC, load_checkpoint
-from .errors import CheckpointError, ModelContractError, SamplerDivergedError
+from .errors import (
+    CheckpointError,
+    DistributedRunError,
+    ModelContractError,
+    SamplerDivergedError,
+)
 from .initialization import find_map, init_to_prior
 from .kernels import PSGLD, SGHMC, SGLD, ConstantSGD, StochasticGradientKernel
 from .nn import BayesianMLP, GammaPrecision, NormalPrior, ScaleMixturePrior
@@ -35,6 +40,7 @@ _LAZY = {
     "SVIResult": ".svi",
     "load_dataset": ".datasets",
     "run_comparison": ".compare",
+    "init_distributed": ".engine.distributed",
 }
 
 _SUBMODULES = (
@@ -50,6 +56,7 @@ __all__ = [
     "BayesianMLP",
     "CheckpointError",
     "ConstantSGD",
+    "DistributedRunError",
     "GammaPrecision",
     "HMCStatsCollector",
     "ModelContractError",
@@ -64,6 +71,7 @@ __all__ = [
     "convergence_report",
     "find_map",
     "fit_svi",
+    "init_distributed",
     "init_to_prior",
     "load_checkpoint",
     "load_dataset",

@@ -61,9 +61,11 @@ from .checkpoint_files import (
     deferred_interrupt,
     global_rng_state,
     load_checkpoint,
+    restore_state,
     save_checkpoint,
     set_global_rng_state,
 )
+from .engine.distributed import writes_checkpoints
 from .errors import CheckpointError
 
 __all__ = [
@@ -78,6 +80,34 @@ __all__ = [
 TensorDict = dict[str, torch.Tensor]
 #: What a checkpoint of :class:`ResumableMCMC` must hold.
 _REQUIRED = ("format", "format_version", "signature", "data_fingerprint", "run", "chains", "rng")
+#: What its ``run`` entry and each entry of its ``chains`` must hold.
+_RUN_ENTRIES = ("num_samples", "warmup_steps", "num_chains", "initial_params", "save_params",
+                "draw_dtype")  # fmt: skip
+_CHAIN_ENTRIES = ("draws", "diagnostics", "kernel_state")
+
+
+def _check_entries(payload: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """Refuse a checkpoint whose ``run`` or ``chains`` entries were edited (named in the error),
+    instead of failing on them later with a bare ``KeyError``."""
+    where = str(path)
+    run = payload["run"]
+    if not isinstance(run, Mapping):
+        raise CheckpointError(f"{where!r}: its 'run' entry is not a dict: it was edited")
+    missing = [name for name in _RUN_ENTRIES if name not in run]
+    if missing:
+        raise CheckpointError(f"{where!r} lacks the entries {missing} of 'run': it was edited")
+    chains = payload["chains"]
+    if not isinstance(chains, list | tuple) or len(chains) != run["num_chains"]:
+        raise CheckpointError(
+            f"{where!r}: its 'chains' entry should list num_chains={run['num_chains']} chains: "
+            "it was edited"
+        )
+    for chain, saved in enumerate(chains):
+        missing = [n for n in _CHAIN_ENTRIES if not isinstance(saved, Mapping) or n not in saved]
+        if missing:
+            raise CheckpointError(
+                f"{where!r} lacks the entries {missing} of chains[{chain}]: it was edited"
+            )
 
 
 # ---------------------------------------------------------------------- the driver
@@ -165,6 +195,7 @@ class ResumableMCMC(MCMC):
         self._checkpoints = CheckpointPolicy(
             checkpoint_path, checkpoint_every, checkpoint_seconds, overwrite
         )
+        self._checkpoints.writer = writes_checkpoints(getattr(kernel, "settings", None))
         if draw_dtype is not None and not (
             isinstance(draw_dtype, torch.dtype) and draw_dtype.is_floating_point
         ):
@@ -265,6 +296,7 @@ class ResumableMCMC(MCMC):
         (default: ``path`` itself).
         """
         payload = load_checkpoint(path, _REQUIRED)
+        _check_entries(payload, path)
         settings = payload["run"]
         mcmc = cls(
             kernel,
@@ -502,6 +534,7 @@ class ResumableMCMC(MCMC):
 
     def _restore(self, payload: Mapping[str, Any], path: str | os.PathLike) -> dict[str, Any]:
         """Check that ``payload`` belongs to this run and load its chains; return its RNG."""
+        _check_entries(payload, path)
         settings = payload["run"]
         for name in ("num_samples", "warmup_steps", "num_chains"):
             if settings[name] != getattr(self, name):
@@ -521,12 +554,14 @@ class ResumableMCMC(MCMC):
             self._chain_draws[chain] = list(saved["draws"])
             self._diagnostics[chain] = saved["diagnostics"]
             self._chain_states[chain] = saved["kernel_state"]
-        first = next((s for s in self._chain_states if s is not None), None)
-        if first is not None:
-            # Compare kernel and model before running anything (load_state_dict checks again).
+        saved_states = [(c, s) for c, s in enumerate(self._chain_states) if s is not None]
+        if saved_states:
+            # Compare kernel and model, and read every saved chain state, before running
+            # anything (load_state_dict checks again when each chain starts).
             self._setup_quietly()
             try:
-                self.kernel.load_state_dict(first)
+                for chain, state in saved_states:
+                    restore_state(self.kernel, state, f"kernel (chain {chain})", path)
             finally:
                 self.kernel.cleanup()
         return payload["rng"]

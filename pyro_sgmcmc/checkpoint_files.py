@@ -49,6 +49,7 @@ __all__ = [
     "deferred_interrupt",
     "is_checkpoint",
     "load_checkpoint",
+    "restore_state",
     "save_checkpoint",
 ]
 
@@ -122,11 +123,18 @@ def load_checkpoint(
     ------
     FileNotFoundError
         If there is no file at ``path``.
+    IsADirectoryError
+        If ``path`` is a directory.
     CheckpointError
         If the file is not a checkpoint of this library, is damaged (its digest does not match),
-        has another format version, or lacks a required entry.
+        has another format version, was written by the other driver (``run_chains`` or
+        ``ResumableMCMC``), or lacks a required entry.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"{str(path)!r} is a directory, not a checkpoint file: pass the checkpoint file itself"
+        )
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint file at {str(path)!r}")
     remove_stale_temporary_files(path)
@@ -158,8 +166,30 @@ def load_checkpoint(
         )
     missing = [name for name in required if name not in payload]
     if missing:
+        writer, wanted = _written_by(payload), _written_by(required)
+        if writer is not None and wanted is not None and writer != wanted:
+            raise CheckpointError(
+                f"{str(path)!r} is a checkpoint of {writer}, not of {wanted}: continue it with "
+                f"{_RESUMED_BY.get(writer, writer)}"
+            )
         raise CheckpointError(f"{str(path)!r} lacks the entries {missing}: it was edited")
     return payload
+
+
+#: How the run that wrote each kind of checkpoint is continued.
+_RESUMED_BY = {
+    "run_chains": "run_chains(kernel, *data, resume_from=path, ...)",
+    "ResumableMCMC": "ResumableMCMC.resume(path, kernel, *data)",
+}
+
+
+def _written_by(entries: Mapping[str, Any] | Sequence[str]) -> str | None:
+    """Which driver writes a checkpoint with these entries (a payload, or the entries a reader
+    requires): ``run_chains`` records its ``kind``, ``ResumableMCMC`` its ``chains``."""
+    if "kind" in entries:
+        kind = entries["kind"] if isinstance(entries, Mapping) else "run_chains"
+        return kind if isinstance(kind, str) else None
+    return "ResumableMCMC" if "chains" in entries else None
 
 
 def data_fingerprint(args: tuple, kwargs: Mapping[str, Any]) -> str:
@@ -204,29 +234,37 @@ def set_global_rng_state(state: Mapping[str, Any]) -> None:
 
 
 @contextmanager
-def deferred_interrupt() -> Iterator[threading.Event]:
-    """Hold back Ctrl-C until the current draw is complete.
+def deferred_interrupt(
+    signals: Sequence[int] = (signal.SIGINT,),
+) -> Iterator[threading.Event]:
+    """Hold back Ctrl-C (and the other ``signals``, e.g. the SIGTERM with which ``torchrun``
+    ends the other ranks when one fails) until the current draw is complete.
 
-    The first SIGINT only sets the returned event (the driver stops at the next draw boundary,
-    where the state can be saved); a second one interrupts at once. Outside the main thread
-    signals cannot be caught, and the event is never set.
+    The first signal only sets the returned event, whose ``signal`` attribute then names it (the
+    driver stops at the next draw boundary, where the state can be saved); a second one
+    interrupts at once. Outside the main thread signals cannot be caught, and the event is never
+    set.
     """
     requested = threading.Event()
+    requested.signal = None
     if threading.current_thread() is not threading.main_thread():
         yield requested
         return
 
     def handler(signum, frame):
         if requested.is_set():
-            signal.signal(signal.SIGINT, previous)
+            for number, saved in previous.items():
+                signal.signal(number, saved)
             raise KeyboardInterrupt
+        requested.signal = signum
         requested.set()
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {number: signal.signal(number, handler) for number in signals}
     try:
         yield requested
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for number, saved in previous.items():
+            signal.signal(number, saved)
 
 
 def check_writable_path(path: str | os.PathLike, name: str = "checkpoint_path") -> Path:
@@ -294,6 +332,9 @@ class CheckpointPolicy:
             seconds = 60.0
         self.every, self.seconds, self.overwrite = every, seconds, overwrite
         self.last_write = time.monotonic()
+        #: ``False`` on the ranks of a data-parallel run other than 0: they hold rank 0's state
+        #: and read its file to resume, but do not write it.
+        self.writer = True
         if self.path is not None and self.path.exists() and not overwrite:
             if not is_checkpoint(self.path):
                 raise CheckpointError(
@@ -324,11 +365,24 @@ class CheckpointPolicy:
         return self.seconds is not None and time.monotonic() - self.last_write >= self.seconds
 
     def write(self, payload: Mapping[str, Any]) -> None:
-        """Write ``payload`` (a no-op without a path)."""
-        if self.path is None:
+        """Write ``payload`` (a no-op without a path, or when this process is not the writer)."""
+        if self.path is None or not self.writer:
             return
         save_checkpoint(payload, self.path)
         self.last_write = time.monotonic()
+
+
+def restore_state(target: Any, state: Any, what: str, path: str | os.PathLike) -> None:
+    """``target.load_state_dict(state)``, a state read from the checkpoint ``path``; a state
+    that does not fit (an entry missing, a tensor of another shape: a hand-edited file) raises
+    :class:`~pyro_sgmcmc.errors.CheckpointError` naming ``what`` and the file."""
+    try:
+        target.load_state_dict(state)
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError, RuntimeError) as error:
+        raise CheckpointError(
+            f"the checkpoint {str(path)!r}: its {what} state cannot be loaded "
+            f"({type(error).__name__}: {error}): it was edited or written by another version"
+        ) from error
 
 
 def check_signature(saved: Any, current: Mapping[str, Any]) -> None:

@@ -30,8 +30,11 @@ from .compare import (
     TASKS,
     CompareConfig,
     ComparisonResults,
+    load_data,
     run_comparison,
+    run_method,
     sample_to_file,
+    torch_threads,
 )
 from .datasets import TABLE_FORMATS, dataset_task, list_datasets
 
@@ -165,6 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sample.add_argument(
         "--seed", type=int, default=argparse.SUPPRESS, help=f"default {_default('seed')}"
+    )
+    sample.add_argument(
+        "--distributed",
+        choices=("data", "chains"),
+        default=None,
+        help="under torchrun (e.g. `torchrun --nproc-per-node=2 -m pyro_sgmcmc sample sghmc "
+        "--distributed data`): split every minibatch over the ranks (data) or share the chains "
+        "among them (chains); rank 0 writes FILE.nc. SG-MCMC methods only",
     )
     _add_fit_options(sample)
     display = sample.add_argument_group("display")
@@ -339,7 +350,24 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    config = _config(args, methods=(args.method,), out=None, figures=False)
+    rank = 0
+    if args.distributed is not None:
+        from .engine.distributed import init_distributed, world
+
+        if args.method not in ("sgld", "sghmc", "psgld"):
+            args.subparser.error("--distributed runs the SG-MCMC methods sgld, sghmc and psgld")
+        try:
+            init_distributed()
+        except (RuntimeError, ValueError) as error:
+            print(f"pyro-sgmcmc sample: error: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        rank = world()[0]
+    config = _config(args, methods=(args.method,), out=None, figures=False,
+                     distributed=args.distributed)  # fmt: skip
+    if rank != 0:  # the same run as rank 0's; rank 0 reports it and writes the file
+        with torch_threads(config.threads):
+            outcome = run_method(config, load_data(config), args.method)
+        return EXIT_OK if outcome.result.ok else EXIT_ALL_FAILED
     output = args.output or f"{args.method}.nc"
     try:
         outcome = sample_to_file(

@@ -57,6 +57,7 @@ from .kernels import PSGLD, SGHMC, SGLD
 from .nn import BayesianMLP, GammaPrecision, NormalLikelihood, NormalPrior, ScaleMixturePrior
 from .predictive import ClassificationPrediction, RegressionPrediction, posterior_predictive
 from .svi import fit_svi
+from .vectorized import run_chains
 
 __all__ = [
     "MANIFEST_NAME",
@@ -168,6 +169,11 @@ class CompareConfig:
         Passed to :func:`~pyro_sgmcmc.datasets.load_dataset`.
     data_dir:
         Directory of the Fashion-MNIST files.
+    distributed:
+        ``None`` (default), or run the SG-MCMC methods (only) over the ranks of
+        ``torch.distributed``'s process group with :func:`~pyro_sgmcmc.run_chains`: ``"data"``
+        splits every minibatch over the ranks (``data_parallel=True``), ``"chains"`` shares the
+        chains among them (``distribute_chains=True``); see :mod:`pyro_sgmcmc.engine.distributed`.
     threads:
         Torch intra-op threads while the comparison runs (restored afterwards), or ``None`` to
         leave torch's setting. The default 1 suits the small networks compared here: extra
@@ -215,6 +221,7 @@ class CompareConfig:
     max_test: int | None = None
     data_dir: Path | None = None
     threads: int | None = 1
+    distributed: str | None = None
     progress: bool = True
     figures: bool = True
 
@@ -232,6 +239,15 @@ class CompareConfig:
         if len(set(methods)) != len(methods):
             raise ValueError(f"methods must not repeat a method, got {', '.join(methods)}")
         object.__setattr__(self, "methods", methods)
+        if self.distributed not in (None, "data", "chains"):
+            raise ValueError(
+                f"distributed must be None, 'data' or 'chains'; got {self.distributed!r}"
+            )
+        if self.distributed is not None and set(methods) - {"sgld", "sghmc", "psgld"}:
+            raise ValueError(
+                "distributed runs the SG-MCMC methods sgld, sghmc and psgld only; methods has "
+                f"{', '.join(m for m in methods if m not in ('sgld', 'sghmc', 'psgld'))}"
+            )
         for name in ("chains", "num_samples", "num_steps_per_sample", "svi_steps"):
             check_positive_int(name, getattr(self, name))
         for name in ("warmup", "nuts_init_steps"):
@@ -869,6 +885,7 @@ def _run_sgmcmc(method: str, model, data: Dataset, config: CompareConfig) -> _Ru
         "batch_size": min(config.batch_size, data.num_train),
         "num_steps_per_sample": config.num_steps_per_sample,
         "seed": config.seed,
+        "data_parallel": config.distributed == "data",
     }
     if method == "sgld":
         kernel = SGLD(model, learning_rate=config.sgld_learning_rate, **common)
@@ -879,6 +896,12 @@ def _run_sgmcmc(method: str, model, data: Dataset, config: CompareConfig) -> _Ru
     else:
         kernel = PSGLD(model, learning_rate=config.psgld_learning_rate, **common)
     # with no learning rate the kernels adapt their step size during the warm-up draws
+    if config.distributed is not None:
+        return _Run(run_chains(
+            kernel, data.x_train, data.y_train, num_chains=config.chains,
+            num_samples=config.num_samples, warmup_steps=config.warmup,
+            distribute_chains=config.distributed == "chains",
+        ))  # fmt: skip
     mcmc = _mcmc(kernel, config, config.num_samples, config.warmup)
     _run_mcmc(mcmc, data)
     return _Run(mcmc)

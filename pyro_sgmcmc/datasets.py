@@ -796,6 +796,11 @@ def load_table(
     features = [c for c in columns if c.name != target]
     if not features:
         raise ValueError(f"{path} has no feature column besides the target {target!r}")
+    if len(target_column.values) == 0:
+        raise ValueError(
+            f"{path} has no data rows ({'only a header line' if kind == 'csv' else 'empty'}); "
+            "at least 3 are needed for a train/test split"
+        )
 
     first_line = 2 if kind == "csv" else 0  # CSV rows are reported by line number
     where = "line" if kind == "csv" else "row"

@@ -130,3 +130,10 @@ class SamplerWarning(UserWarning):
     """A run whose draws should not be trusted as they are: a chain that did not move, that ran
     far hotter than its temperature, or a classifier still at chance after warm-up. The message
     gives the numbers and what to change."""
+
+
+class DistributedRunError(RuntimeError):
+    """A run over several processes (``torch.distributed``) cannot go on: a rank exited or did not
+    answer within the process group's timeout, or the ranks were started (or compute) differently.
+    The message names the rank, the operation and, where the driver knows it, the checkpoint to
+    resume from."""

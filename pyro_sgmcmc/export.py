@@ -101,6 +101,7 @@ import math
 import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import arviz as az
@@ -115,8 +116,9 @@ from pyro.poutine.messenger import unwrap
 from pyro.poutine.util import site_is_subsample
 
 from ._validation import as_tensor_arguments, check_positive_int
-from .errors import ModelMismatchError, ModelMismatchWarning
+from .errors import ModelContractError, ModelMismatchError, ModelMismatchWarning
 from .kernels.base import StochasticGradientKernel
+from .model_structure import plate_chunks, with_global_sites
 from .nn.mlp import ACTIVATIONS, BayesianMLP
 from .svi import SVIResult, global_param_mode
 
@@ -526,64 +528,13 @@ def _check_support(label: str, name: str, site: Mapping[str, Any], obs: torch.Te
     )
 
 
-def _rows_along_plate(site: Mapping[str, Any], frame: Any) -> int:
-    value = site["value"]
-    dim = frame.dim - site["fn"].event_dim
-    return 1 if value.dim() < -dim else int(value.shape[dim])
-
-
-def _observed_rows(trace: Any, plate_name: str) -> dict[str, int]:
-    rows = {}
-    for name, site in trace.nodes.items():
-        if site["type"] != "sample" or site_is_subsample(site) or not site["is_observed"]:
-            continue
-        frame = _plate_frame(site, plate_name)
-        if frame is not None:
-            rows[name] = _rows_along_plate(site, frame)
-    return rows
-
-
-def _slice_rows(args: tuple, kwargs: Mapping[str, Any], rows: torch.Tensor, num_rows: int):
-    """The arguments with every tensor of ``num_rows`` rows restricted to ``rows``."""
-
-    def cut(value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == num_rows:
-            return value.index_select(0, rows.to(value.device))
+def _first_rows(value: torch.Tensor, axis: int | None, num_rows: int | None) -> torch.Tensor:
+    """``value`` cut to its first ``num_rows`` rows along the plate ``axis``: a plate that
+    subsamples itself is padded to its own size
+    (:meth:`~pyro_sgmcmc.model_structure.DataPlate.bind`)."""
+    if axis is None or num_rows is None or value.dim() <= axis or value.shape[axis] <= num_rows:
         return value
-
-    return tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()}
-
-
-def _chunk_mode(model, latents, args, kwargs, plate_name, rows, num_rows, chunk_size) -> str:
-    """How to restrict the model to a chunk of rows: ``"condition"`` the plate's index site (a
-    model that indexes its data with the plate's indices) or ``"slice"`` its row-aligned tensor
-    arguments (a model that sizes its plate from the data and observes ``obs=y``)."""
-    with torch.no_grad():
-        try:
-            trace = poutine.trace(
-                poutine.condition(model, data={**latents, plate_name: rows})
-            ).get_trace(*args, **kwargs)
-            if all(n in (1, len(rows)) for n in _observed_rows(trace, plate_name).values()):
-                return "condition"
-        except (RuntimeError, ValueError, IndexError):
-            pass
-        sliced_args, sliced_kwargs = _slice_rows(args, kwargs, rows, num_rows)
-        try:
-            trace = poutine.trace(poutine.condition(model, data=latents)).get_trace(
-                *sliced_args, **sliced_kwargs
-            )
-            plate = trace.nodes.get(plate_name)
-            observed = _observed_rows(trace, plate_name).values()
-            if plate is not None and int(plate["fn"].size) == len(rows) and observed:
-                if all(n in (1, len(rows)) for n in observed):
-                    return "slice"
-        except (RuntimeError, ValueError, IndexError):
-            pass
-    raise ValueError(
-        f"chunk_size={chunk_size}: the model's rows cannot be split into chunks, neither by "
-        f"conditioning the indices of the plate {plate_name!r} nor by slicing its tensor "
-        f"arguments with {num_rows} rows; pass chunk_size=None"
-    )
+    return value.narrow(axis, 0, num_rows)
 
 
 class _Pass:
@@ -597,20 +548,102 @@ class _Pass:
         self.plate_axis: dict[str, int | None] = {}
 
 
-def _row_chunks(num_rows: int, chunk_size: int | None) -> list[torch.Tensor | None]:
-    if chunk_size is None or chunk_size >= num_rows:
-        return [None]
-    return list(torch.arange(num_rows).split(chunk_size))
+@dataclass(frozen=True)
+class _Wants:
+    """What a pass reads from each trace (``label`` names the data in error messages)."""
+
+    log_likelihood: bool
+    predictive: bool
+    log_joint: bool
+    label: str
+
+    @property
+    def any(self) -> bool:
+        return self.log_likelihood or self.predictive or self.log_joint
+
+
+class _DrawParts:
+    """The outputs of one draw, gathered over the chunks of rows."""
+
+    def __init__(self, first_draw: bool) -> None:
+        self.first_draw = first_draw
+        self.log_likelihood: dict[str, list[torch.Tensor]] = {}
+        self.predictive: dict[str, list[torch.Tensor]] = {}
+        self.observed: dict[str, list[torch.Tensor]] = {}
+        self.log_joint = 0.0
+
+    def add_fast_log_likelihood(self, value: torch.Tensor | Mapping[str, torch.Tensor]) -> None:
+        if isinstance(value, torch.Tensor):
+            value = {"__single__": value}
+        for name, v in value.items():
+            self.log_likelihood.setdefault(name, []).append(v.detach())
+
+    def read(self, trace, latents, plate_name, wants: _Wants, chunk, keep, plate_axis) -> None:
+        """Read one trace (chunk ``chunk`` of the rows, of which the first ``keep`` are real)."""
+        for name, site in trace.nodes.items():
+            if site["type"] != "sample" or site_is_subsample(site):
+                continue
+            frame = _plate_frame(site, plate_name)
+            if not site["infer"].get("was_observed", False):
+                if wants.log_joint and chunk == 0 and name in latents:
+                    self.log_joint += float(site["fn"].log_prob(site["value"]).sum())
+                if wants.predictive and name not in latents and frame is not None:
+                    # called without targets (e.g. model(x_test)): a predictive draw
+                    plate_axis[name] = axis = _plate_axis_of_value(site, frame)
+                    self.predictive.setdefault(name, []).append(
+                        _first_rows(site["value"], axis, keep)
+                    )
+                continue
+            if frame is None and chunk > 0:
+                continue
+            self._read_observed(name, site, frame, wants, keep, plate_axis)
+
+    def _read_observed(self, name, site, frame, wants: _Wants, keep, plate_axis) -> None:
+        axis = None if frame is None else _plate_axis_of_value(site, frame)
+        plate_axis[name] = axis
+        obs = _first_rows(site["infer"]["obs"], axis, keep)
+        if site["infer"].get("_deterministic", False):
+            # pyro.deterministic: a function of the draw, not an observation
+            if wants.predictive:
+                self.predictive.setdefault(name, []).append(obs)
+            return
+        if self.first_draw:
+            _check_support(wants.label, name, site, site["infer"]["obs"])
+        if wants.log_likelihood or wants.log_joint:
+            rows_lp = _rows_log_prob(site, site["infer"]["obs"], frame)[: keep or None]
+            if wants.log_likelihood:
+                self.log_likelihood.setdefault(name, []).append(rows_lp)
+            self.log_joint += float(rows_lp.sum())
+        if wants.predictive:
+            self.predictive.setdefault(name, []).append(_first_rows(site["value"], axis, keep))
+        if self.first_draw:
+            self.observed.setdefault(name, []).append(obs)
+
+    def store(self, result: _Pass, want_log_joint: bool) -> None:
+        for name, parts in self.log_likelihood.items():
+            # float64: az.loo / az.compare lose the log-likelihood's precision in float32
+            values = torch.cat([part.reshape(-1) for part in parts]).double()
+            result.log_likelihood.setdefault(name, []).append(_numpy(values))
+        for name, parts in self.predictive.items():
+            axis = result.plate_axis[name]
+            joined = parts[0] if axis is None else torch.cat(parts, dim=axis)
+            result.predictive.setdefault(name, []).append(_numpy(joined))
+        for name, parts in self.observed.items():
+            axis = result.plate_axis[name]
+            result.observed[name] = _numpy(parts[0] if axis is None else torch.cat(parts, axis))
+        if want_log_joint:
+            result.log_joint.append(self.log_joint)
 
 
 def _data_plate_size(model, latents, args, kwargs, plate_name) -> int:
-    trace = poutine.trace(poutine.condition(model, data=latents)).get_trace(*args, **kwargs)
-    site = trace.nodes.get(plate_name)
-    if site is None or not site_is_subsample(site):
-        raise ValueError(
-            f"the model has no pyro.plate named {plate_name!r} (plate_name={plate_name!r})"
-        )
-    return int(site["fn"].size)
+    return _plate_chunks(model, latents, args, kwargs, plate_name, None)[0].num_data
+
+
+def _plate_chunks(model, latents, args, kwargs, plate_name, chunk_size):
+    try:
+        return plate_chunks(model, args, kwargs, plate_name, latents, chunk_size)
+    except ModelContractError as error:
+        raise ValueError(f"chunk_size={chunk_size}: {error}; pass chunk_size=None") from error
 
 
 def _run_pass(
@@ -636,95 +669,35 @@ def _run_pass(
     result = _Pass()
     num_chains, num_draws = next(iter(draws.values())).shape[:2]
     first = {name: value[0, 0] for name, value in draws.items()}
-    num_rows = _data_plate_size(model, first, args, kwargs, plate_name)
-    chunks = _row_chunks(num_rows, chunk_size)
-    mode = (
-        "full"
-        if chunks == [None]
-        else _chunk_mode(model, first, args, kwargs, plate_name, chunks[0], num_rows, chunk_size)
-    )
-    chunk_arguments = [
-        (args, kwargs) if mode != "slice" else _slice_rows(args, kwargs, rows, num_rows)
-        for rows in chunks
-    ]
+    plate, chunks = _plate_chunks(model, first, args, kwargs, plate_name, chunk_size)
     fast = use_fast_path and want_log_likelihood and hasattr(model, "pointwise_log_likelihood")
-    trace_for_log_lik = want_log_likelihood and not fast
-    need_trace = want_predictive or trace_for_log_lik or want_log_joint
+    wants = _Wants(
+        log_likelihood=want_log_likelihood and not fast,
+        predictive=want_predictive,
+        log_joint=want_log_joint,
+        label=label,
+    )
     for c in range(num_chains):
         chain_model = model if chain_models is None else chain_models[c]
         for s in range(num_draws):
             latents = {name: value[c, s] for name, value in draws.items()}
-            log_lik_parts: dict[str, list[torch.Tensor]] = {}
-            predictive_parts: dict[str, list[torch.Tensor]] = {}
-            observed_parts: dict[str, list[torch.Tensor]] = {}
-            log_joint = 0.0
+            parts = _DrawParts(first_draw=c == 0 and s == 0)
             for k, rows in enumerate(chunks):
                 if fast:
                     with torch.no_grad():
                         value = model.pointwise_log_likelihood(latents, rows, *args, **kwargs)
-                    if isinstance(value, torch.Tensor):
-                        value = {"__single__": value}
-                    for name, v in value.items():
-                        log_lik_parts.setdefault(name, []).append(v.detach())
-                if not need_trace:
-                    continue
-                data = dict(latents)
-                if mode == "condition":
-                    data[plate_name] = rows
-                call_args, call_kwargs = chunk_arguments[k]
-                with torch.no_grad():
-                    trace = poutine.trace(
-                        poutine.condition(poutine.uncondition(chain_model), data=data)
-                    ).get_trace(*call_args, **call_kwargs)
-                for name, site in trace.nodes.items():
-                    if site["type"] != "sample" or site_is_subsample(site):
-                        continue
-                    was_observed = site["infer"].get("was_observed", False)
-                    if not was_observed:
-                        if want_log_joint and k == 0 and name in latents:
-                            log_joint += float(site["fn"].log_prob(site["value"]).sum())
-                        frame = _plate_frame(site, plate_name)
-                        if want_predictive and name not in latents and frame is not None:
-                            # called without targets (e.g. model(x_test)): a predictive draw
-                            result.plate_axis[name] = _plate_axis_of_value(site, frame)
-                            predictive_parts.setdefault(name, []).append(site["value"])
-                        continue
-                    frame = _plate_frame(site, plate_name)
-                    if frame is None and k > 0:
-                        continue
-                    obs = site["infer"]["obs"]
-                    result.plate_axis[name] = (
-                        None if frame is None else _plate_axis_of_value(site, frame)
+                    parts.add_fast_log_likelihood(value)
+                if wants.any:
+                    bound, call_args, call_kwargs = plate.bind(
+                        poutine.uncondition(chain_model), args, kwargs, rows
                     )
-                    if site["infer"].get("_deterministic", False):
-                        # pyro.deterministic: a function of the draw, not an observation
-                        if want_predictive:
-                            predictive_parts.setdefault(name, []).append(obs)
-                        continue
-                    if c == 0 and s == 0:
-                        _check_support(label, name, site, obs)
-                    if trace_for_log_lik or want_log_joint:
-                        rows_lp = _rows_log_prob(site, obs, frame)
-                        if trace_for_log_lik:
-                            log_lik_parts.setdefault(name, []).append(rows_lp)
-                        log_joint += float(rows_lp.sum())
-                    if want_predictive:
-                        predictive_parts.setdefault(name, []).append(site["value"])
-                    if c == 0 and s == 0:
-                        observed_parts.setdefault(name, []).append(obs)
-            for name, parts in log_lik_parts.items():
-                # float64: az.loo / az.compare lose the log-likelihood's precision in float32
-                values = torch.cat([part.reshape(-1) for part in parts]).double()
-                result.log_likelihood.setdefault(name, []).append(_numpy(values))
-            for name, parts in predictive_parts.items():
-                axis = result.plate_axis[name]
-                joined = parts[0] if axis is None else torch.cat(parts, dim=axis)
-                result.predictive.setdefault(name, []).append(_numpy(joined))
-            for name, parts in observed_parts.items():
-                axis = result.plate_axis[name]
-                result.observed[name] = _numpy(parts[0] if axis is None else torch.cat(parts, axis))
-            if want_log_joint:
-                result.log_joint.append(log_joint)
+                    with torch.no_grad():
+                        trace = poutine.trace(
+                            poutine.condition(bound, data=dict(latents))
+                        ).get_trace(*call_args, **call_kwargs)
+                    keep = None if rows is None else len(rows)
+                    parts.read(trace, latents, plate_name, wants, k, keep, result.plate_axis)
+            parts.store(result, want_log_joint)
     if fast and "__single__" in result.log_likelihood:
         plated = [n for n, a in result.plate_axis.items() if a is not None] or _observed_in_plate(
             model, first, args, kwargs, plate_name
@@ -931,6 +904,8 @@ def build_groups(
         raise ValueError(f"plate_name must be a non-empty string, got {plate_name!r}")
     if chunk_size is not None:
         chunk_size = check_positive_int("chunk_size", chunk_size)
+    if seed is not None:
+        seed = check_positive_int("seed", seed, minimum=0)
     if wall_time is not None and not (isinstance(wall_time, (int, float)) and wall_time >= 0):
         raise ValueError(f"wall_time must be a number of seconds >= 0, got {wall_time!r}")
     if test is not None and not isinstance(test, tuple):
@@ -992,9 +967,11 @@ def build_groups(
 
     samples = {name: value.detach() for name, value in samples.items()}
     _check_finite("args", args, kwargs)
-    _check_draws_match_model(model, samples, args, kwargs)
     if check_model:
         _check_same_model(model, source_model)
+    fingerprint = model_fingerprint(model)
+    model = with_global_sites(model, args, kwargs, plate_name)
+    _check_draws_match_model(model, samples, args, kwargs)
     num_chains, draws_per_chain = next(iter(samples.values())).shape[:2]
     attrs.setdefault("inference_library", "pyro")
     attrs.update(
@@ -1003,7 +980,7 @@ def build_groups(
             "creator": "pyro_sgmcmc.export",
             "num_chains": int(num_chains),
             "num_draws": int(draws_per_chain),
-            "model": model_fingerprint(model),
+            "model": fingerprint,
         }
     )
     if wall_time is not None:

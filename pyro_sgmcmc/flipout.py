@@ -311,7 +311,7 @@ def mean_field_negative_elbo(
         log_q = torch.zeros((), dtype=x.dtype, device=x.device)
         log_det = torch.zeros((), dtype=x.dtype, device=x.device)
         for site in sampled_sites:
-            eps = torch.randn(loc[site].shape, generator=generator, dtype=x.dtype)
+            eps = torch.randn(loc[site].shape, generator=generator, dtype=x.dtype, device=x.device)
             z = loc[site] + scale[site] * eps
             transform = biject_to(supports.get(site, constraints.real))
             value = transform(z)

@@ -61,7 +61,8 @@ def with_generator(generator: torch.Generator, draw: Callable[[], T]) -> T:
     ``torch.distributions`` samplers such as ``Gamma`` take no generator argument; this keeps
     their draws reproducible from the chain's generator without touching the user's global state.
     """
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
-    with torch.random.fork_rng(devices=[]):
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device).item())
+    devices = [generator.device] if generator.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         return draw()

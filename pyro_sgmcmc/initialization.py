@@ -6,8 +6,8 @@ r"""Starting points for MCMC chains: over-dispersed prior draws and a MAP fit.
   :math:`\hat R` (Gelman & Rubin 1992) needs to detect chains that have not mixed.
 * :func:`find_map` runs a few hundred Adam steps on the log joint density (the same potential the
   kernels use, minibatches optional) and returns the result as a Pyro init strategy, so a chain
-  can start at the mode instead of spending its warm-up on the descent (seed 003: HMC from a MAP
-  fit).
+  can start at the mode instead of spending its warm-up on the descent (HMC from a MAP fit, as
+  in tutorial 3).
 
 Both return callables usable as ``init_strategy=`` of NUTS, the SG-MCMC kernels and autoguides.
 
@@ -32,7 +32,12 @@ from pyro.infer.autoguide.initialization import init_to_feasible, init_to_value
 from pyro.infer.mcmc.util import initialize_model
 from torch.distributions import biject_to
 
-from ._validation import check_positive, check_positive_int
+from ._validation import (
+    as_tensor_arguments,
+    check_model_kwargs,
+    check_positive,
+    check_positive_int,
+)
 from .engine.layout import FlatLayout
 from .engine.minibatch import Minibatcher
 from .engine.seeds import chain_generators, chain_seeds
@@ -42,6 +47,9 @@ from .potentials import make_potential
 __all__ = ["MapResult", "find_map", "init_to_fan_in", "init_to_prior"]
 
 InitStrategy = Callable[[dict], torch.Tensor]
+#: The keyword options of :func:`find_map`; other keywords go to the model.
+_FIND_MAP_OPTIONS = ("num_steps", "learning_rate", "batch_size", "subsample_plate",
+                     "init_strategy", "seed", "return_values")  # fmt: skip
 
 
 def _init_to_prior(site: dict, scale: float, num_reference_draws: int) -> torch.Tensor | None:
@@ -174,7 +182,9 @@ def find_map(
     model:
         A Pyro model following the data-plate contract.
     *args, **kwargs:
-        The model's arguments (full data).
+        The model's arguments (full data). NumPy arrays and lists of numbers are converted to
+        torch tensors; a keyword that is neither an option below nor a parameter of the model
+        (e.g. a misspelt ``num_step``) is refused with a ``TypeError``.
     num_steps:
         Adam steps, ``>= 1``.
     learning_rate:
@@ -199,30 +209,49 @@ def find_map(
     --------
     >>> kernel = SGHMC(model, step_size=1e-4, init_strategy=find_map(model, x, y, num_steps=300))
     """
+    if not callable(model):
+        raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
+    check_model_kwargs("find_map", _FIND_MAP_OPTIONS, model, kwargs)
     num_steps = check_positive_int("num_steps", num_steps)
     learning_rate = check_positive("learning_rate", learning_rate)
     if seed is not None:
         seed = check_positive_int("seed", seed, minimum=0)
+    if init_strategy is not None and not callable(init_strategy):
+        raise TypeError(
+            "init_strategy must be None (a prior draw) or a Pyro init strategy such as "
+            f"init_to_prior() or pyro's init_to_median, got {init_strategy!r}"
+        )
+    args, kwargs = as_tensor_arguments(args, kwargs)
     check_finite_data(args, kwargs)
     (chain_seed,) = chain_seeds(seed, [0])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(chain_seed)
         structure = inspect_model(model, args, kwargs, subsample_plate)
+        model = structure.model
+        setup_model, setup_args, setup_kwargs = structure.plate.bind_for_setup(model, args, kwargs)
         initial, _, transforms, _ = initialize_model(
-            model,
-            model_args=args,
-            model_kwargs=kwargs,
+            setup_model,
+            model_args=setup_args,
+            model_kwargs=setup_kwargs,
             init_strategy=init_strategy or init_to_prior(1.0),
         )
     num_data = structure.num_data
     if batch_size is not None:
         batch_size = check_positive_int("batch_size", batch_size)
-    batch_size = resolve_batch_size(batch_size, num_data, subsample_plate)
+    batch_size = resolve_batch_size(batch_size, num_data, subsample_plate, structure.plate)
     batches = Minibatcher(num_data, batch_size, chain_generators([chain_seed]), "independent")
     start = {name: value.detach().unsqueeze(0) for name, value in initial.items()}
     layout = FlatLayout({name: value.shape[1:] for name, value in start.items()})
     potential = make_potential(
-        "auto", model, args, kwargs, transforms, layout, num_data, subsample_plate, start
+        "auto",
+        model,
+        args,
+        kwargs,
+        transforms,
+        layout,
+        structure.plate,
+        start,
+        structure.sample_sites,
     )
     z = layout.flatten(start).clone().requires_grad_(True)
     optimizer = torch.optim.Adam([z], lr=learning_rate)

@@ -40,6 +40,7 @@ from pyro import poutine
 from torch.distributions.transforms import ComposeTransform, IndependentTransform, Transform
 
 from .engine.layout import FlatLayout
+from .model_structure import DataPlate
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -104,6 +105,11 @@ class Potential:
         self.non_identity = {k: t for k, t in self.transforms.items() if not is_identity(t)}
         self.layout = layout
         self.num_data = num_data
+
+    @property
+    def max_rows(self) -> int:
+        """The most rows one evaluation may take (:math:`N` unless the model fixes fewer)."""
+        return self.num_data
 
     def constrain(self, unconstrained: Mapping[str, torch.Tensor]) -> tuple[TensorDict, Any]:
         """Map ``(C, ...)`` values to constrained space; also return the ``(C,)`` log-Jacobian of
@@ -171,6 +177,7 @@ class Potential:
         chunks partition the rows; memory is that of one chunk.
         """
         num_data = self.num_data
+        chunk_size = min(chunk_size, self.max_rows)
         if chunk_size >= num_data:
             return self.value_and_grad(flat, fixed, None)
         value = flat.new_zeros(flat.shape[0])
@@ -256,8 +263,10 @@ class LogJointPotential(Potential):
 class TracePotential(Potential):
     """The general path: each chain's model trace under Pyro's effect handlers.
 
-    The latent sites are conditioned on the chain's values and the data plate's index site on its
-    rows, so Pyro evaluates the observations of those rows only and scales them by ``N/B``.
+    The latent sites are conditioned on the chain's values and the model is restricted to the
+    chain's rows by its data plate (:meth:`~pyro_sgmcmc.model_structure.DataPlate.bind`: the
+    plate's indices conditioned, or the data arguments sliced), with the plate's sites weighted
+    by ``N/B``.
 
     Parameters
     ----------
@@ -265,8 +274,9 @@ class TracePotential(Potential):
         The Pyro model and its arguments (full data).
     *base:
         ``transforms``, ``layout``, ``num_data`` (see :class:`Potential`).
-    plate_name:
-        Name of the data plate.
+    plate:
+        The model's data plate (:class:`~pyro_sgmcmc.model_structure.DataPlate`), or its name
+        for a plate indexed by its indices.
     """
 
     def __init__(
@@ -275,21 +285,23 @@ class TracePotential(Potential):
         args: tuple,
         kwargs: Mapping[str, Any],
         *base: Any,
-        plate_name: str = "data",
+        plate: DataPlate | str = "data",
     ) -> None:
         super().__init__(*base)
         self.model, self.args, self.kwargs = model, args, dict(kwargs)
-        self.plate_name = plate_name
+        self.plate = DataPlate(plate, self.num_data) if isinstance(plate, str) else plate
+
+    @property
+    def max_rows(self) -> int:
+        return self.plate.max_rows
 
     def log_joint(self, constrained: Mapping[str, torch.Tensor], rows: torch.Tensor | None):
         return _per_chain(self._one_chain, constrained, rows)
 
     def _one_chain(self, params: TensorDict, rows: torch.Tensor | None) -> torch.Tensor:
-        data = dict(params)
-        if rows is not None:
-            data[self.plate_name] = rows
-        conditioned = poutine.condition(self.model, data=data)
-        return poutine.trace(conditioned).get_trace(*self.args, **self.kwargs).log_prob_sum()
+        model, args, kwargs = self.plate.bind(self.model, self.args, self.kwargs, rows)
+        conditioned = poutine.condition(model, data=params)
+        return poutine.trace(conditioned).get_trace(*args, **kwargs).log_prob_sum()
 
 
 def _per_chain(
@@ -326,7 +338,7 @@ def closed_form_gradient_covers(
 
 
 #: The ``potential`` choices of the samplers.
-POTENTIAL_CHOICES = ("auto", "closed_form", "log_joint", "trace")
+POTENTIAL_CHOICES = ("auto", "closed_form", "log_joint", "functional", "trace")
 
 
 def make_potential(
@@ -336,17 +348,19 @@ def make_potential(
     kwargs: Mapping[str, Any],
     transforms: Mapping[str, Transform],
     layout: FlatLayout,
-    num_data: int,
-    plate_name: str,
+    plate: DataPlate,
     probe: Mapping[str, torch.Tensor],
+    sites: tuple[str, ...] | None = None,
 ) -> Potential:
     """The potential for ``choice`` (one of :data:`POTENTIAL_CHOICES`).
 
     ``"auto"`` takes the model's closed-form gradient when it covers the moving sites, else its
     ``log_joint`` (batched over chains if it accepts a chain axis, which ``probe`` -- ``(C, ...)``
-    unconstrained values of every latent site -- is used to check), else Pyro's trace.
+    unconstrained values of every latent site -- is used to check), else the functional path
+    (:class:`~pyro_sgmcmc.functional_potential.FunctionalPotential`: one light handler, chains
+    vectorised), which turns to Pyro's trace (``"trace"``) if the model's structure changes.
     """
-    base = (transforms, layout, num_data)
+    base = (transforms, layout, plate.num_data)
     non_identity = {k: t for k, t in transforms.items() if not is_identity(t)}
     covers = closed_form_gradient_covers(model, layout.names, non_identity)
     if choice == "closed_form" and not covers:
@@ -366,7 +380,11 @@ def make_potential(
         potential = LogJointPotential(model, args, kwargs, *base)
         potential.batched = _accepts_chain_axis(potential, probe)
         return potential
-    return TracePotential(model, args, kwargs, *base, plate_name=plate_name)
+    if choice == "trace":
+        return TracePotential(model, args, kwargs, *base, plate=plate)
+    from .functional_potential import FunctionalPotential
+
+    return FunctionalPotential(model, args, kwargs, *base, plate=plate, sites=sites)
 
 
 def _accepts_chain_axis(potential: LogJointPotential, probe: Mapping[str, torch.Tensor]) -> bool:

@@ -50,7 +50,8 @@ import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
-from ._validation import check_interval, check_positive_int
+from ._validation import _as_tensor, check_interval, check_positive_int
+from .model_structure import DataPlate, plate_chunks, with_global_sites
 from .nn.mlp import BayesianMLP
 
 __all__ = [
@@ -139,8 +140,8 @@ def classify_with_cutoff(probs: torch.Tensor, threshold: float = 0.2) -> torch.T
     r"""Labels :math:`\arg\max_k \bar p_k`, or ``-1`` (refused) when :math:`\max_k \bar p_k <`
     ``threshold``.
 
-    The default 0.2 refuses inputs on which a 10-class model is close to uniform, e.g. noise
-    images (seed 004).
+    The default 0.2 refuses inputs on which a 10-class model is close to uniform, e.g. images of
+    pure noise.
 
     Parameters
     ----------
@@ -192,6 +193,12 @@ def flatten_draws(
                 f"(draws, *{tuple(shape)}) or (chains, draws, *{tuple(shape)})"
             )
         value = value.reshape(-1, *shape)
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).reshape(value.shape[0], -1).any(-1).sum())
+            raise ValueError(
+                f"draws[{name!r}] has NaN or infinite values in {bad} of {value.shape[0]} draws "
+                "(a diverged chain?); drop those draws first"
+            )
         if num is not None and value.shape[0] != num:
             raise ValueError("every site must have the same number of draws")
         num = value.shape[0]
@@ -267,7 +274,8 @@ class _Accumulator:
         entropy = -(probs * log_probs).sum(-1)
         self.sum_entropy = self.sum_entropy + entropy.sum(0)
         if y is not None:
-            index = y.reshape(1, -1, 1).expand(log_probs.shape[0], -1, 1)
+            _check_class_labels(y, log_probs.shape[-1])
+            index = y.long().reshape(1, -1, 1).expand(log_probs.shape[0], -1, 1)
             self.add_log_density(log_probs.gather(-1, index).squeeze(-1))
 
     def add_regression(self, mean: torch.Tensor, var: torch.Tensor, y: torch.Tensor | None) -> None:
@@ -299,31 +307,36 @@ def _generic_draw_chunk(
     model: Callable[..., Any],
     draws: Mapping[str, torch.Tensor],
     x: torch.Tensor,
-    rows: torch.Tensor,
+    rows: torch.Tensor | None,
     obs_site: str,
-    plate_name: str,
+    plate: DataPlate,
 ) -> tuple[torch.Tensor, torch.Tensor] | torch.Tensor:
     num = next(iter(draws.values())).shape[0]
+    bound, args, _ = plate.bind(model, (x,), {}, rows)
+    keep = x.shape[0] if rows is None else len(rows)
     outputs = []
     for s in range(num):
         data = {name: value[s] for name, value in draws.items()}
-        data[plate_name] = rows
-        trace = poutine.trace(poutine.condition(model, data=data)).get_trace(x)
+        trace = poutine.trace(poutine.condition(bound, data=data)).get_trace(*args)
         if obs_site not in trace.nodes:
-            raise ValueError(f"the model has no observed site {obs_site!r}")
+            sampled = [
+                n for n, site in trace.nodes.items()
+                if site["type"] == "sample" and not site_is_subsample(site) and n not in data
+            ]  # fmt: skip
+            raise ValueError(
+                f"obs_site={obs_site!r}: the model has no observed site {obs_site!r}; its sites "
+                f"outside the draws are {sampled}"
+            )
         fn = trace.nodes[obs_site]["fn"]
-        while isinstance(
-            fn, dist.Independent | dist.MaskedDistribution | dist.ExpandedDistribution
-        ):
+        while isinstance(fn, _WRAPPERS):
             fn = fn.base_dist
         if isinstance(fn, torch.distributions.Categorical):
-            outputs.append(torch.log_softmax(fn.logits, dim=-1))
+            outputs.append(torch.log_softmax(fn.logits, dim=-1)[:keep])
         else:
-            mean, var = fn.mean, fn.variance
-            mean, var = torch.broadcast_tensors(mean, var)
+            mean, var = torch.broadcast_tensors(fn.mean, fn.variance)
             if mean.dim() == 1:
                 mean, var = mean.unsqueeze(-1), var.unsqueeze(-1)
-            outputs.append((mean, var))
+            outputs.append((mean[:keep], var[:keep]))
     if isinstance(outputs[0], tuple):
         return torch.stack([o[0] for o in outputs]), torch.stack([o[1] for o in outputs])
     return torch.stack(outputs)
@@ -353,9 +366,18 @@ def posterior_predictive(
         ``(chain, draw)`` dimensions: ``mcmc.get_samples()``, ``mcmc.get_samples(group_by_chain=
         True)`` or :func:`sample_guide`.
     x:
-        Test inputs, first dimension the rows.
+        Test inputs, first dimension the rows (NumPy arrays and lists of numbers are converted
+        to tensors of torch's default dtype). For a ``BayesianMLP``, shape
+        ``(rows, in_features)`` and the draws' dtype.
     y:
-        Optional test targets: adds the pointwise log predictive density.
+        Optional test targets, one per row of ``x`` (class labels: integers in ``[0, K)``):
+        adds the pointwise log predictive density.
+
+    Raises
+    ------
+    ValueError
+        For draws that miss a site, have the wrong shape or NaN values, an unknown
+        ``obs_site``, and inputs or targets that do not fit the model (named in the message).
     draw_chunk_size, row_chunk_size:
         Chunk sizes (``>= 1``) that bound memory to about
         ``draw_chunk_size * row_chunk_size * outputs`` numbers.
@@ -368,13 +390,26 @@ def posterior_predictive(
     """
     draw_chunk_size = check_positive_int("draw_chunk_size", draw_chunk_size)
     row_chunk_size = check_positive_int("row_chunk_size", row_chunk_size)
+    x, y = _check_inputs(x, y)
+    is_mlp = isinstance(model, BayesianMLP)
+    if not is_mlp:
+        model = with_global_sites(model, (x,), {}, plate_name)
     flat = flatten_draws(draws, _site_shapes_of(model, x, plate_name))
+    if is_mlp:
+        model.check_data(x, y, dtype=next(iter(flat.values())).dtype)
     num_draws = next(iter(flat.values())).shape[0]
     num_rows = x.shape[0]
-    is_mlp = isinstance(model, BayesianMLP)
+    if is_mlp:
+        row_slices = list(_chunks(num_rows, row_chunk_size))
+    else:
+        first = {name: value[0] for name, value in flat.items()}
+        plate, indices = plate_chunks(model, (x,), {}, plate_name, first, row_chunk_size)
+        row_slices = [
+            slice(None) if i is None else slice(int(i[0]), int(i[-1]) + 1) for i in indices
+        ]
     results = []
     with torch.no_grad():
-        for rows in _chunks(num_rows, row_chunk_size):
+        for k, rows in enumerate(row_slices):
             y_rows = None if y is None else y[rows]
             acc: _Accumulator | None = None
             for draw_slice in _chunks(num_draws, draw_chunk_size):
@@ -382,8 +417,7 @@ def posterior_predictive(
                 if is_mlp:
                     out = _mlp_draw_chunk(model, chunk, x[rows])
                 else:
-                    index = torch.arange(num_rows)[rows]
-                    out = _generic_draw_chunk(model, chunk, x, index, obs_site, plate_name)
+                    out = _generic_draw_chunk(model, chunk, x, indices[k], obs_site, plate)
                 if acc is None:
                     acc = _Accumulator(classify=not isinstance(out, tuple))
                 if acc.classify:
@@ -396,6 +430,37 @@ def posterior_predictive(
                     acc.add_regression(mean, var.expand_as(mean), target)
             results.append(acc)
     return _assemble(results, num_draws, y is not None)
+
+
+def _check_inputs(x: Any, y: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``x`` and ``y`` as tensors (NumPy arrays and lists of numbers are converted), ``y`` with
+    one row per row of ``x``."""
+    x = _as_tensor("x", x)
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        raise TypeError(f"x must be a tensor of test inputs with rows first, got {x!r}")
+    if y is None:
+        return x, None
+    y = _as_tensor("y", y)
+    if not isinstance(y, torch.Tensor) or y.dim() == 0 or y.shape[0] != x.shape[0]:
+        shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise ValueError(f"y must hold one target per row of x ({x.shape[0]} rows), got {shape}")
+    if y.is_floating_point() and not bool(torch.isfinite(y).all()):
+        raise ValueError("y contains NaN or infinite values; clean the test targets first")
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise ValueError("x contains NaN or infinite values; clean the test inputs first")
+    return x, y
+
+
+def _check_class_labels(y: torch.Tensor, num_classes: int) -> None:
+    """Test labels must be integers in ``[0, num_classes)``."""
+    if y.is_floating_point() and not bool((y == y.round()).all()):
+        raise ValueError(f"y must hold integer class labels in [0, {num_classes}), got {y.dtype}")
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        bad = y[(y < 0) | (y >= num_classes)]
+        raise ValueError(
+            f"y holds {bad.numel()} label(s) outside the classes [0, {num_classes}) of the model, "
+            f"e.g. {bad[0].item():g}"
+        )
 
 
 def _assemble(

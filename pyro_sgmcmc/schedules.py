@@ -12,9 +12,10 @@ the step counter: a run can be checkpointed and resumed bit for bit.
 from __future__ import annotations
 
 import bisect
+import inspect
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -136,6 +137,13 @@ class PiecewiseConstant(Schedule):
     boundaries: tuple[int, ...]
 
     def __post_init__(self) -> None:
+        for name in ("values", "boundaries"):
+            given = getattr(self, name)
+            if not isinstance(given, Iterable) or isinstance(given, str):
+                raise TypeError(
+                    f"PiecewiseConstant {name} must be a sequence (e.g. values=(1e-3, 3e-4), "
+                    f"boundaries=(1000,)), got {given!r}"
+                )
         values = tuple(check_positive(f"values[{i}]", v) for i, v in enumerate(tuple(self.values)))
         boundaries = tuple(
             check_positive_int(f"boundaries[{i}]", b) for i, b in enumerate(tuple(self.boundaries))
@@ -249,6 +257,16 @@ def as_schedule(value: float | StepSchedule | Callable[[int], float], name: str)
     if callable(value):
         if isinstance(value, StepSchedule):
             return value
+        try:
+            inspect.signature(value).bind(0)
+        except TypeError as error:
+            raise TypeError(
+                f"{name} must be a positive float, a schedule from pyro_sgmcmc.schedules or a "
+                f"callable of the step counter, called as {name}(t); {value!r} cannot be called "
+                f"with one argument ({error})"
+            ) from None
+        except ValueError:  # no signature (some builtins): let the first call tell
+            pass
         schedule = _CallableSchedule(value, name)
         schedule(0)
         return schedule

@@ -113,7 +113,7 @@ from .engine.seeds import chain_generators, chain_seeds
 from .errors import SVIDivergedError
 from .flipout import check_estimator, guide_negative_elbo, layer_sites
 from .initialization import init_to_fan_in, real_support
-from .model_structure import check_finite_data, inspect_model, resolve_batch_size
+from .model_structure import DataPlate, check_finite_data, inspect_model, resolve_batch_size
 from .nn.mlp import BayesianMLP
 from .nn.priors import GammaPrecision, ScaleMixtureNormal
 
@@ -191,8 +191,8 @@ class LearnableScaleMixturePrior:
     i.i.d. over every coordinate of the chosen sites and shared by all of them. ``fit_svi``
     maximises the ELBO over the guide and :math:`\psi` together (empirical Bayes), with
     :math:`\pi = \operatorname{sigmoid}(\ell)`, :math:`\sigma_k = \operatorname{softplus}(r_k)`
-    as unconstrained parameters. The mixture prior of Blundell et al. (2015), learnt as in the
-    Bayes-by-Backprop regression example of the seed-004 sinusoid.
+    as unconstrained parameters. The scale-mixture prior of Blundell et al. (2015), whose
+    parameters are here learnt with the guide instead of being fixed.
 
     Parameters
     ----------
@@ -384,6 +384,8 @@ class SVIResult:
         The model's training arguments.
     plate_name, batch_size, num_data:
         The data plate, the minibatch size ``B`` and ``N``.
+    plate:
+        How a minibatch restricts the model (:class:`~pyro_sgmcmc.model_structure.DataPlate`).
     estimator:
         The gradient estimator of the fits (:data:`pyro_sgmcmc.flipout.ESTIMATORS`).
     prior_parameters:
@@ -406,6 +408,7 @@ class SVIResult:
     estimator: str = "reparameterization"
     prior_parameters: list[ScaleMixtureParameters] | None = None
     prior_sites: tuple[str, ...] = ()
+    plate: DataPlate | None = None
 
     @property
     def guide(self) -> Callable[..., Any]:
@@ -472,6 +475,7 @@ class SVIResult:
                 for name, site in guide.prototype_trace.iter_stochastic_nodes():
                     shape = (num_draws, *locs[name].shape)
                     eps = torch.randn(shape, generator=generator, dtype=locs[name].dtype)
+                    eps = eps.to(locs[name].device)  # drawn on the CPU: the same on any device
                     z = locs[name] + scales[name] * eps
                     draws[name] = biject_to(site["fn"].support)(z)
             else:
@@ -500,23 +504,45 @@ def minibatch_elbo_loss(
     guide: Callable[..., Any],
     subsample: torch.Tensor | None,
     *args: Any,
-    plate_name: str = "data",
+    plate: DataPlate | str = "data",
     num_particles: int = 1,
     analytic_kl: bool = True,
     **kwargs: Any,
 ) -> torch.Tensor:
     r"""Differentiable :math:`\hat L_S` (module docstring) on the minibatch ``subsample``.
 
-    ``subsample=None`` gives the full-data negative ELBO estimate. With ``analytic_kl`` the
-    estimator is Pyro's ``TraceMeanField_ELBO``: :math:`\mathrm{KL}(q_j\,\|\,p_j)` in closed form
-    for every site where torch registers it (e.g. Normal guide and Normal prior), the Monte Carlo
-    term :math:`\log q - \log p` elsewhere (e.g. the scale-mixture prior); otherwise
-    ``Trace_ELBO`` (Monte Carlo everywhere). Both are unbiased for the same loss.
+    ``subsample=None`` gives the full-data negative ELBO estimate (for a plate that subsamples
+    itself, :math:`\sum_k \frac{|S_k|}{N} \hat L_{S_k}` over chunks :math:`S_k` of the rows,
+    equally unbiased). ``plate`` is the model's :class:`~pyro_sgmcmc.model_structure.DataPlate`
+    (how a minibatch restricts it), or the name of a plate indexed by its indices. With
+    ``analytic_kl`` the estimator is Pyro's ``TraceMeanField_ELBO``: :math:`\mathrm{KL}(q_j\,\|
+    \,p_j)` in closed form for every site where torch registers it (e.g. Normal guide and Normal
+    prior), the Monte Carlo term :math:`\log q - \log p` elsewhere (e.g. the scale-mixture
+    prior); otherwise ``Trace_ELBO`` (Monte Carlo everywhere). Both are unbiased for the same loss.
     """
-    conditioned = model if subsample is None else poutine.condition(model, {plate_name: subsample})
+    if isinstance(plate, str):
+        plate = DataPlate(plate, 0)
     elbo_class = TraceMeanField_ELBO if analytic_kl else Trace_ELBO
     elbo = elbo_class(num_particles=num_particles)
-    return elbo.differentiable_loss(conditioned, guide, *args, **kwargs)
+    if subsample is None and plate.subsample_size is not None:
+        chunks = torch.arange(plate.num_data).split(plate.subsample_size)
+        return sum(
+            len(rows)
+            / plate.num_data
+            * minibatch_elbo_loss(
+                model,
+                guide,
+                rows,
+                *args,
+                plate=plate,
+                num_particles=num_particles,
+                analytic_kl=analytic_kl,
+                **kwargs,
+            )
+            for rows in chunks
+        )
+    bound, bound_args, bound_kwargs = plate.bind(model, args, kwargs, subsample)
+    return elbo.differentiable_loss(bound, guide, *bound_args, **bound_kwargs)
 
 
 def _fast_path_data(
@@ -532,7 +558,7 @@ def _step_loss(
     args: tuple,
     kwargs: dict[str, Any],
     *,
-    plate_name: str,
+    plate: DataPlate,
     estimator: str,
     num_particles: int,
     analytic_kl: bool,
@@ -555,7 +581,7 @@ def _step_loss(
                 guide,
                 subsample,
                 *args,
-                plate_name=plate_name,
+                plate=plate,
                 num_particles=num_particles,
                 analytic_kl=analytic_kl,
                 **kwargs,
@@ -747,7 +773,7 @@ def fit_svi(
     num_threads:
         torch's intra-op threads during the fits (restored afterwards); ``None`` leaves torch's
         setting. A small network gains nothing from several threads, and on a machine whose
-        cores are busy they wait for each other: the seed-004 sinusoid fit took 85 s with 2
+        cores are busy they wait for each other: a fit of the toy sinusoid took 85 s with 2
         threads and 9 s with 1 on a loaded 2-core machine (same result).
 
     Returns
@@ -816,10 +842,10 @@ def fit_svi(
     args, kwargs = as_tensor_arguments(args, kwargs)
     check_finite_data(args, kwargs)
     structure = inspect_model(model, args, kwargs, plate_name)
-    num_data = structure.num_data
+    model, plate, num_data = structure.model, structure.plate, structure.num_data
     if batch_size is not None:
         batch_size = check_positive_int("batch_size", batch_size)
-    batch_size = resolve_batch_size(batch_size, num_data, plate_name)
+    batch_size = resolve_batch_size(batch_size, num_data, plate_name, plate)
     prior_sites = () if learnable is None else learnable.resolve_sites(model, structure.trace)
     fast = isinstance(model, BayesianMLP) and guide_factory is None and plate_name == "data"
 
@@ -841,7 +867,7 @@ def fit_svi(
                     guide,
                     args,
                     kwargs,
-                    plate_name=plate_name,
+                    plate=plate,
                     estimator=estimator,
                     num_particles=num_particles,
                     analytic_kl=analytic_kl,
@@ -913,6 +939,7 @@ def fit_svi(
         args=tuple(args),
         kwargs=dict(kwargs),
         plate_name=plate_name,
+        plate=plate,
         batch_size=batch_size,
         num_data=num_data,
         param_states=states,
@@ -934,7 +961,7 @@ def full_data_negative_elbo(result: SVIResult, fit: int = 0, num_particles: int 
             result.guides[fit],
             None,
             *result.args,
-            plate_name=result.plate_name,
+            plate=result.plate or result.plate_name,
             num_particles=num_particles,
             **result.kwargs,
         )

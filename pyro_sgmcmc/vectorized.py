@@ -26,7 +26,9 @@ Statistical Science 7(4), 1992 (over-dispersed starts for R-hat).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import signal
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -37,7 +39,7 @@ import numpy as np
 import pyro
 import torch
 
-from ._validation import check_positive_int
+from ._validation import check_model_kwargs, check_positive_int
 from .checkpoint_files import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -46,11 +48,22 @@ from .checkpoint_files import (
     data_fingerprint,
     deferred_interrupt,
     load_checkpoint,
+    restore_state,
 )
 from .engine.build import PreparedChains, prepare_chains
+from .engine.distributed import (
+    agreed_seed,
+    chain_share,
+    check_agreement,
+    gather_objects,
+    rank_path,
+    world,
+    writes_checkpoints,
+)
 from .engine.health import warn_all
 from .engine.recorder import DrawRecorder
-from .errors import CheckpointError, SamplerDivergedError
+from .engine.settings import settings_signature
+from .errors import CheckpointError, DistributedRunError, SamplerDivergedError
 from .kernels.base import StochasticGradientKernel
 
 __all__ = ["VectorizedResult", "run_chains"]
@@ -155,7 +168,7 @@ def _check_run_arguments(kernel: Any, num_chains: int, num_samples: int, warmup_
 
 
 def _stacked_initial(
-    initial_params: Mapping[str, torch.Tensor] | None, num_chains: int
+    initial_params: Mapping[str, torch.Tensor] | None, num_chains: int, local: range
 ) -> TensorDict | None:
     if initial_params is None:
         return None
@@ -164,7 +177,22 @@ def _stacked_initial(
             "initial_params must be a dict from site name to unconstrained values, shape "
             f"(num_chains, ...) or one shared value; got {type(initial_params).__name__}"
         )
-    return {name: torch.as_tensor(value) for name, value in initial_params.items()}
+    values = {name: torch.as_tensor(value) for name, value in initial_params.items()}
+    if len(local) == num_chains:
+        return values
+    # chains across processes: this rank's rows of the values given per chain
+    return {
+        name: value[local.start : local.stop]
+        if value.dim() > 0 and value.shape[0] == num_chains
+        else value
+        for name, value in values.items()
+    }
+
+
+#: The options of :func:`run_chains` (its other keyword arguments go to the model).
+_RUN_OPTIONS = ("num_chains", "num_samples", "warmup_steps", "initial_params", "callback",
+                "checkpoint_path", "checkpoint_every", "checkpoint_seconds", "resume_from",
+                "overwrite", "disable_validation", "distribute_chains")  # fmt: skip
 
 
 def run_chains(
@@ -181,6 +209,7 @@ def run_chains(
     resume_from: str | os.PathLike | None = None,
     overwrite: bool = False,
     disable_validation: bool = True,
+    distribute_chains: bool = False,
     **kwargs: Any,
 ) -> VectorizedResult:
     r"""Run ``num_chains`` chains of an SG-MCMC kernel at once, batched along a chain axis.
@@ -228,6 +257,13 @@ def run_chains(
         Switch Pyro's distribution argument checks off while sampling, as ``pyro.infer.MCMC``
         does by default: a diverging chain then gives non-finite values (a divergence the
         engine handles) instead of an exception from a distribution's constructor.
+    distribute_chains:
+        Share the chains among the ranks of ``torch.distributed``'s process group (every rank
+        calls ``run_chains`` alike; see :func:`~pyro_sgmcmc.init_distributed`): each runs a
+        contiguous share with the seeds the chains have in one process, and all get every
+        chain's draws, gathered at the end. ``callback`` sees the rank's chains; each rank
+        checkpoints to ``checkpoint_path`` with ``.rank<r>`` before its suffix (and resumes
+        from ``resume_from`` so renamed). Not with a ``data_parallel`` kernel.
 
     Returns
     -------
@@ -243,22 +279,31 @@ def run_chains(
     num_chains, num_samples, warmup_steps = _check_run_arguments(
         kernel, num_chains, num_samples, warmup_steps
     )
+    check_model_kwargs("run_chains", _RUN_OPTIONS, kernel.model, kwargs)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable or None, got {callback!r}")
-    if not isinstance(disable_validation, bool):
-        raise TypeError(f"disable_validation must be True or False, got {disable_validation!r}")
-    policy = CheckpointPolicy(checkpoint_path, checkpoint_every, checkpoint_seconds, overwrite)
-    policy.check_fresh_run(resume_from)
+    for name, flag in [("disable_validation", disable_validation),
+                       ("distribute_chains", distribute_chains)]:  # fmt: skip
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
     run = {"num_chains": num_chains, "num_samples": num_samples, "warmup_steps": warmup_steps}
+    fingerprint = data_fingerprint(args, kwargs)
+    settings, local = kernel.settings, range(num_chains)
+    if distribute_chains:
+        settings, local = _distribute_chains(kernel, run, fingerprint)
+        checkpoint_path, resume_from = rank_path(checkpoint_path), rank_path(resume_from)
+    policy = CheckpointPolicy(checkpoint_path, checkpoint_every, checkpoint_seconds, overwrite)
+    policy.writer = writes_checkpoints(settings)
+    policy.check_fresh_run(resume_from)
     with pyro.validation_enabled(not disable_validation):
         setup_start = time.perf_counter()
         chains = prepare_chains(
-            kernel.settings, kernel.rule, kernel.options, kernel.model, args, kwargs,
-            chains=range(num_chains), warmup_draws=warmup_steps,
-            initial_params=_stacked_initial(initial_params, num_chains),
+            settings, kernel.rule, kernel.options, kernel.model, args, kwargs,
+            chains=local, warmup_draws=warmup_steps,
+            initial_params=_stacked_initial(initial_params, num_chains, local),
         )  # fmt: skip
-        recorder = DrawRecorder(num_chains, kernel.settings.keep_draws)
-        saver = _Saver(kernel, chains, recorder, run, data_fingerprint(args, kwargs), policy)
+        recorder = DrawRecorder(len(local), kernel.settings.keep_draws)
+        saver = _Saver(kernel, chains, recorder, run, fingerprint, policy)
         if resume_from is not None:
             saver.restore(resume_from)
         setup_time = time.perf_counter() - setup_start
@@ -266,7 +311,58 @@ def run_chains(
         _sample(chains, recorder, warmup_steps + num_samples, callback, saver, (args, kwargs))
         sampling_time = time.perf_counter() - sampling_start
         warn_all(chains.final_messages(recorder.stacked()))
-    return _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs)
+    result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs)
+    return _gathered(result, saver) if distribute_chains else result
+
+
+def _distribute_chains(kernel, run: dict[str, Any], fingerprint: str):
+    """Chains across processes: the settings with the seed every rank uses, and this rank's
+    chains (added to ``run``, which the checkpoints record), after checking that every rank was
+    started alike."""
+    if kernel.settings.data_parallel:
+        raise ValueError(
+            "distribute_chains=True runs different chains on the ranks, but the kernel has "
+            "data_parallel=True, which runs the same chains on every rank: choose one"
+        )
+    local = chain_share(run["num_chains"])
+    signature = settings_signature(kernel.settings, kernel.options)
+    facts = {f"setting {name}": value for name, value in signature.items()}
+    facts.update(data=fingerprint, run=repr(sorted(run.items())))
+    check_agreement("chains-across-processes run", facts)
+    run["chains"] = list(local)
+    return dataclasses.replace(kernel.settings, seed=agreed_seed(kernel.settings.seed)), local
+
+
+def _gathered(result: VectorizedResult, saver: _Saver) -> VectorizedResult:
+    """Every rank's chains in one result, in the order of the chains' indices (each rank holds a
+    contiguous share, in rank order); times are the slowest rank's."""
+    mine = {
+        "samples": {name: value.cpu() for name, value in result.samples.items()},
+        "sample_stats": result.sample_stats,
+        "times": (result.sampling_time, result.setup_time),
+        "chain_seeds": result.chain_seeds,
+        "divergent_steps": result.divergent_steps,
+    }
+    try:
+        parts = gather_objects(mine, "gathering the draws of every rank")
+    except DistributedRunError as error:
+        raise saver.failed(error) from error
+    device = next((value.device for value in result.samples.values()), torch.device("cpu"))
+    return dataclasses.replace(
+        result,
+        samples={
+            name: torch.cat([part["samples"][name] for part in parts]).to(device)
+            for name in result.samples
+        },
+        sample_stats={
+            name: np.concatenate([part["sample_stats"][name] for part in parts])
+            for name in result.sample_stats
+        },
+        sampling_time=max(part["times"][0] for part in parts),
+        setup_time=max(part["times"][1] for part in parts),
+        chain_seeds=tuple(seed for part in parts for seed in part["chain_seeds"]),
+        divergent_steps=tuple(steps for part in parts for steps in part["divergent_steps"]),
+    )
 
 
 class _Saver:
@@ -293,8 +389,9 @@ class _Saver:
             "written_at": time.time(),
         }
 
-    def after_draw(self, interrupted: bool) -> None:
-        """Write a checkpoint if one is due; on an interrupt, write one and stop."""
+    def after_draw(self, interrupted: int | None) -> None:
+        """Write a checkpoint if one is due; on an interrupt (the signal's number), write one
+        and stop."""
         draws = self.chains.engine.draws_done
         if interrupted:
             self.policy.write(self.payload())
@@ -303,11 +400,29 @@ class _Saver:
                 if self.policy.path is not None
                 else "no checkpoint_path was given"
             )
+            if interrupted == signal.SIGTERM:
+                rank, size = world()
+                raise DistributedRunError(
+                    f"rank {rank} of {size}: stopped by SIGTERM after {draws} draws per chain "
+                    f"(torchrun ends every rank when one fails: that rank's log says why); {where}."
+                )
             warnings.warn(f"run_chains interrupted after {draws} draws per chain; {where}.",
                           stacklevel=4)  # fmt: skip
             raise KeyboardInterrupt
         if self.policy.due(draws) or draws == self.run["warmup_steps"] + self.run["num_samples"]:
             self.policy.write(self.payload())
+
+    def failed(self, error: DistributedRunError) -> DistributedRunError:
+        """``error`` with where the run can be resumed from."""
+        path = self.policy.path
+        if path is None:
+            where = "No checkpoint_path was given: the run starts over."
+        elif self.policy.writer:
+            where = (f"This rank's last checkpoint is {str(path)!r}: start the run again on "
+                     "every rank with resume_from=... to continue it.")  # fmt: skip
+        else:
+            where = "Rank 0's last checkpoint continues the run (resume_from=..., every rank)."
+        return DistributedRunError(f"{error} {where}")
 
     def restore(self, path: str | os.PathLike) -> None:
         """Continue the run saved in ``path`` (refusing another run's checkpoint)."""
@@ -327,8 +442,8 @@ class _Saver:
                 " (fingerprint of the tensors' dtypes, shapes and values)"
             )
         check_signature(payload["signature"], self.chains.signature(self.kernel))
-        self.chains.engine.load_state_dict(payload["engine"])
-        self.recorder.load_state_dict(payload["recorder"])
+        restore_state(self.chains.engine, payload["engine"], "engine", path)
+        restore_state(self.recorder, payload["recorder"], "recorder", path)
 
 
 def _sample(
@@ -341,12 +456,18 @@ def _sample(
 ) -> None:
     """Draw until ``total_draws`` draws (warm-up included) are done, recording the kept ones."""
     engine = chains.engine
-    with deferred_interrupt() as interrupt:
+    signals = (signal.SIGINT, signal.SIGTERM) if world()[1] > 1 else (signal.SIGINT,)
+    with deferred_interrupt(signals) as interrupt:
         while engine.draws_done < total_draws:
-            _one_draw(chains, recorder, callback)
+            try:
+                _one_draw(chains, recorder, callback)
+            except DistributedRunError as error:
+                raise saver.failed(error) from error
+            except _CallbackInterrupt:
+                saver.after_draw(signal.SIGINT)  # the draw is recorded: keep it, and stop
             if engine.draws_done == engine.warmup_draws > 0:
-                warn_all(chains.warmup_messages(saver.kernel.model, *data))
-            saver.after_draw(interrupt.is_set())
+                warn_all(chains.warmup_messages(*data))
+            saver.after_draw(interrupt.signal if interrupt.is_set() else None)
 
 
 def _one_draw(chains: PreparedChains, recorder: DrawRecorder, callback: Callable | None) -> None:
@@ -368,7 +489,15 @@ def _one_draw(chains: PreparedChains, recorder: DrawRecorder, callback: Callable
     recorder.add(draw, stats)
     if callback is not None:
         with torch.no_grad():
-            callback(recorder.count - 1, chains.constrain(draw))
+            try:
+                callback(recorder.count - 1, chains.constrain(draw))
+            except KeyboardInterrupt:
+                raise _CallbackInterrupt from None
+
+
+class _CallbackInterrupt(Exception):
+    """The callback raised ``KeyboardInterrupt`` after a recorded draw (Ctrl-C itself is
+    deferred to the end of the draw): stop as on Ctrl-C, with a checkpoint."""
 
 
 def _result(

@@ -22,6 +22,7 @@ from stats_helpers import (
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, SamplerDivergedError, schedules
 from pyro_sgmcmc.engine.layout import FlatLayout
+from pyro_sgmcmc.model_structure import DataPlate
 from pyro_sgmcmc.potentials import (
     ClosedFormPotential,
     LogJointPotential,
@@ -131,7 +132,9 @@ def _potentials(model, x, y, choices, sites=None):
     layout = FlatLayout({name: initial[name].shape for name in sites})
     probe = {name: value.unsqueeze(0) for name, value in initial.items()}
     return [
-        make_potential(choice, model, (x, y), {}, transforms, layout, x.shape[0], "data", probe)
+        make_potential(
+            choice, model, (x, y), {}, transforms, layout, DataPlate("data", x.shape[0]), probe
+        )
         for choice in choices
     ]
 
@@ -471,16 +474,20 @@ def _other_plate(y):
         pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
 
 
-def _self_subsampling(y):
+def _local_latent(y):
     mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
-    with pyro.plate("data", len(y), subsample_size=10) as idx:
-        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+    with pyro.plate("data", len(y)) as idx:
+        shift = pyro.sample("shift", dist.Normal(0.0, 1.0))
+        pyro.sample("obs", dist.Normal(mu + shift, 1.0), obs=y[idx])
 
 
-def _not_indexed(y):
+_CLOSED_OVER = torch.randn(40)
+
+
+def _data_not_an_argument(y):
     mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
-    with pyro.plate("data", len(y)):
-        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+    with pyro.plate("data", 40):
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=_CLOSED_OVER)
 
 
 def _discrete(y):
@@ -495,8 +502,8 @@ def _discrete(y):
     [
         (_no_plate, r"no pyro.plate named 'data'.*plates found: none"),
         (_other_plate, r"no pyro.plate named 'data'.*\['rows'\]"),
-        (_self_subsampling, r"subsample_size=10\) subsamples by itself"),
-        (_not_indexed, r"(not indexed by the plate|Index the data with the plate)"),
+        (_local_latent, r"latent site 'shift' is inside the data plate 'data'"),
+        (_data_not_an_argument, r"cannot be restricted to a minibatch of the plate 'data'"),
         (_discrete, r"latent site 'k' is discrete"),
     ],
 )

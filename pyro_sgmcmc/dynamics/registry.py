@@ -263,9 +263,13 @@ def _sghmc_init(position: Mapping[str, torch.Tensor], _: SGHMCOptions) -> SGHMCS
     return sghmc_init(position)
 
 
-def _reset_momentum(state: SGHMCState, chains: torch.Tensor) -> SGHMCState:
+def _reset_momentum(state: SGHMCState, where: torch.Tensor) -> SGHMCState:
+    """Momenta at rest for the chains ``where`` (``(C,)``), or the entries ``where`` (a mask of
+    the momenta's shape)."""
     momentum = {
-        name: v.masked_fill(chains.reshape(-1, *([1] * (v.dim() - 1))), 0.0)
+        name: v.masked_fill(
+            where if where.shape == v.shape else where.reshape(-1, *([1] * (v.dim() - 1))), 0.0
+        )
         for name, v in state.momentum.items()
     }
     return state._replace(momentum=momentum)

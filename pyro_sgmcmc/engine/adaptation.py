@@ -4,49 +4,52 @@ A kernel given neither ``step_size`` nor ``learning_rate`` runs the warm-up belo
 then freezes what it learnt for the sampling phase, as NUTS does with its step size and mass
 matrix.
 
-1. **Descent** (first 25% of the warm-up steps, temperature 0). RMSprop-normalised gradient steps
-   (momentum steps for SGHMC: then it is Adam's update), so every coordinate moves by about
-   ``lr`` per step whatever the gradient's scale; ``lr`` ramps geometrically from
-   ``lr / 100`` to ``lr`` over the first steps and is halved at every divergence (a non-finite
-   value or a blow-up of the potential), after which the chain restarts from its last good
-   state. No initial point -- uniform, a prior draw, a MAP fit -- can make the first steps
-   explode.
-2. **Measurement.** From 15% of the warm-up on, every ``probe_every`` steps two extra gradients
+1. **Descent** (the first half of the warm-up steps, temperature 0). RMSprop-normalised
+   gradient steps (momentum steps for SGHMC: then it is Adam's update), so every coordinate
+   moves by about ``lr`` per step whatever the gradient's scale; ``lr`` ramps geometrically from
+   ``lr / 100`` to ``lr`` over the first 50 steps and is halved at every non-finite step, after
+   which the chain restarts from its last good state. Once the ramp is done, a coordinate whose
+   gradient keeps a clear slope (its running mean above half its RMS, same sign) gets up to three
+   times the rate, and a heavy ball whose momentum climbs such a slope stops (delta-bar-delta and
+   adaptive restart): a noise scale started ten times too large reaches its mode within the
+   descent. No initial point -- uniform, a prior draw, a MAP fit -- can make the first steps
+   explode. Gibbs updates start at a quarter of the warm-up.
+2. **Measurement.** From 35% of the warm-up on, every ``probe_every`` steps two extra gradients
    are evaluated at the current position :math:`z`: one on an independent minibatch, which gives
    the minibatch gradient's variance, :math:`\hat V_i = \tfrac12 (g_S - g_{S'})_i^2`, and one on
    the *same* minibatch at :math:`z + \epsilon \odot \delta` with Rademacher :math:`\delta`,
-   which gives the Hessian's diagonal (Hutchinson's estimator),
-   :math:`\hat H_{ii} = \delta_i (g_S(z + \epsilon\odot\delta) - g_S(z))_i / \epsilon_i`.
-3. **Adaptation windows** (25-40%, 40-60%, 60-100% of the warm-up, temperature :math:`T`). The
-   chain samples with the constant diagonal preconditioner
+   which gives the Hessian's diagonal (Hutchinson's estimator, in absolute value),
+   :math:`\hat H_{ii} = |\delta_i (g_S(z + \epsilon\odot\delta) - g_S(z))_i| / \epsilon_i`,
+   bounded below by the empirical Fisher :math:`\hat V_i B / N`.
+3. **Adaptation windows** (50-60%, 60-75% and 75-100% of the warm-up, temperature :math:`T`).
+   The chain samples with the constant per-coordinate step :math:`e_i = h P_i` measured in the
+   previous windows,
 
    .. math::
 
-       P_i = \frac{T}{T \hat H_{ii} + \hat V_i},
+       e_i = \min\Big(\frac{c_H}{\hat H_{ii}},\; \frac{c_V\, b\, T}{\hat V_i}\Big),
 
-   measured in the previous window, and a constant step :math:`h` in the whitened coordinates
-   :math:`P^{-1/2} z`. For a Gaussian coordinate with curvature :math:`H_i` and gradient noise
+   with :math:`b = 1` (SGHMC: its friction :math:`\alpha`), capped at four times the median of
+   its site. For a Gaussian coordinate with curvature :math:`H_i` and gradient noise
    :math:`V_i`, one Langevin step inflates the stationary variance by a factor
-   :math:`1 + h P_i H_i/2` (discretisation) and :math:`1 + h P_i V_i / (2T)` (gradient noise);
-   with this :math:`P` both :math:`P_i H_i \le 1` and :math:`P_i V_i / T \le 1`, so a fixed
-   :math:`h` bounds both biases in every coordinate, whatever the scales of the model, the data
-   size and the batch size. The gradient noise is also subtracted from the injected noise
-   (:math:`\hat\beta = h P \hat V/2`, Chen et al. 2014), which removes most of what is left of
-   its bias. A window with a divergence halves :math:`h`; so does a window whose configurational
-   temperature :math:`\langle (z - \bar z)\cdot \nabla U\rangle / D`, which equals :math:`T`
-   for the exact target (integration by parts), comes out far above :math:`T` -- the sign of a
-   step too large for correlated directions that the diagonal :math:`P` cannot see.
-4. **Freeze.** At the end of warm-up :math:`h`, :math:`P` and :math:`\hat V` are fixed (pSGLD's
-   RMSprop statistics too). With a constant preconditioner the Langevin diffusion needs no
-   correction term (:math:`\Gamma = 0`), so the sampling phase targets
-   :math:`\exp(-U/T)` up to the :math:`O(h)` discretisation bias bounded above; no Metropolis
-   correction is made.
+   :math:`1 + e_i H_i/2` (discretisation) and :math:`1 + e_i V_i / (2 b T)` (gradient noise), so
+   both biases are bounded in every coordinate, whatever the scales of the model, the data size
+   and the batch size. A window with a divergence halves :math:`h`; so does a last window whose
+   configurational temperature :math:`\langle (z - \bar z)\cdot \nabla U\rangle / D`, which
+   equals :math:`T` for the exact target (integration by parts), comes out far above :math:`T`
+   -- the sign of a step too large for correlated directions that a diagonal step cannot see.
+   A coordinate that runs away gets a ten times smaller step.
+4. **Freeze.** At the end of warm-up the steps are fixed (pSGLD's RMSprop statistics too). With a
+   constant preconditioner the Langevin diffusion needs no correction term (:math:`\Gamma = 0`),
+   so the sampling phase targets :math:`\exp(-U/T)` up to the discretisation and gradient-noise
+   biases bounded above; no Metropolis correction is made. The gradient noise is not subtracted
+   from the injected noise: a diagonal estimate of a correlated noise makes that correction
+   biased.
 
-The step :math:`h` is :math:`0.05` for SGLD (variance bias :math:`\le 2.5\%` per coordinate),
-:math:`\min(0.1, \alpha T)` for SGHMC with friction :math:`\alpha` (bias about :math:`h/4`, and
-:math:`\hat\beta \le \alpha T / 2` keeps the injected noise positive), and for pSGLD, whose
-preconditioner is its own frozen RMSprop diagonal :math:`G`, :math:`0.05 / \max_i G_i (T \hat
-H_{ii} + \hat V_i)/T`.
+The bounds are :math:`c_H = 0.05` for SGLD and pSGLD (variance bias :math:`\le 2.5\%` per
+coordinate), :math:`0.1` for SGHMC (bias about :math:`c_H/4`) and :math:`c_V = 0.1`; pSGLD, whose
+preconditioner is its own frozen RMSprop diagonal :math:`G`, takes the largest :math:`h` with
+:math:`h G_i \le e_i` in every coordinate.
 
 References
 ----------
@@ -60,6 +63,12 @@ Bayesian neural networks", NeurIPS 2016 (scale-adapted SGHMC).
 
 M. F. Hutchinson, "A stochastic estimator of the trace of the influence matrix for Laplacian
 smoothing splines", Communications in Statistics 18(3), 1989.
+
+B. O'Donoghue and E. Candes, "Adaptive restart for accelerated gradient schemes", Foundations
+of Computational Mathematics 15, 2015 (the descent's momentum restart).
+
+R. A. Jacobs, "Increased rates of convergence through learning rate adaptation", Neural
+Networks 1(4), 1988 (the descent's per-coordinate rates).
 
 M. D. Hoffman and A. Gelman, "The No-U-Turn sampler", JMLR 15, 2014 (warm-up that freezes its
 adaptation).
@@ -84,6 +93,13 @@ __all__ = ["MINIMUM_WARMUP_STEPS", "AdaptiveControl"]
 MINIMUM_WARMUP_STEPS = 20
 #: Movement per step and coordinate of the descent, in the parameters' units.
 DESCENT_RATE = 2e-2
+#: The descent's per-coordinate rate grows by ``BOOST_GROWTH`` per step (up to ``BOOST_MAX``
+#: times :data:`DESCENT_RATE`) while its gradient keeps its sign, and falls back by
+#: ``BOOST_DECAY`` when the sign flips (delta-bar-delta, Jacobs 1988): a coordinate far from its
+#: mode -- a noise scale started ten times too large -- gets there in tens of steps.
+BOOST_GROWTH, BOOST_DECAY, BOOST_MAX = 1.1, 0.7, 3.0
+#: ... while the running mean of its gradient exceeds this fraction of its RMS.
+BOOST_SIGNAL = 0.5
 #: Per rule, the bound :math:`c_H` on :math:`e_i H_{ii}` for the per-coordinate step
 #: :math:`e_i = h P_i` (SGLD's variance bias is :math:`e H / 2`, SGHMC's about :math:`e H / 4`).
 CURVATURE_BOUND = {"sgld": 0.05, "psgld": 0.05, "sghmc": 0.1}
@@ -98,6 +114,9 @@ SITE_CAP = 4.0
 SCHEDULE = {"gibbs": 0.25, "probe": 0.35, "descent": 0.5, "windows": (0.6, 0.75), "last": 0.75}
 #: Relative size of the finite-difference perturbation (of a posterior standard deviation).
 PERTURBATION = 0.05
+#: A chain whose typical coordinate sits more than this many posterior standard deviations
+#: from its mode over the last warm-up window (:class:`OffsetMeter`) is reported.
+OFFSET_LIMIT = 5.0
 
 
 class AdaptiveControl(StepControl):
@@ -157,12 +176,16 @@ class AdaptiveControl(StepControl):
         self.window_start = self.descent_end
         self.square = torch.zeros_like(like)
         self.count = 0
+        self.boost = torch.ones_like(like)
+        self.trend = torch.zeros_like(like)
         self.fisher: torch.Tensor | None = None
         self.curvature_sum = torch.zeros_like(like)
         self.noise_sum = torch.zeros_like(like)
         self.probes = torch.zeros_like(column)
         self.frozen = False
         self.window_diverged = torch.zeros(like.shape[0], dtype=torch.bool)
+        self.offset = OffsetMeter(like)
+        self.curvature: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ what the engine reads
     @property
@@ -180,7 +203,8 @@ class AdaptiveControl(StepControl):
 
     def step_size(self, t: int) -> torch.Tensor:
         if t < self.descent_end:
-            ramp = min(1.0, 0.01 * 10 ** (t / 25.0))
+            # 0.01 -> 1 over the first half of the descent (at most 50 steps)
+            ramp = min(1.0, 0.01 * 100 ** (t / max(1, min(50, self.descent_end // 2))))
             return self._descent_scale() * ramp * self.rate
         if self.frozen or t - self.window_start >= 20:
             return self.step
@@ -192,7 +216,7 @@ class AdaptiveControl(StepControl):
             return None
         if self.fisher is not None:
             return {"z": self.fisher}
-        return {"z": self._rmsprop()}
+        return {"z": self._rmsprop() * self.boost}
 
     def _descent_scale(self) -> float:
         """``lr`` as a step size: RMSprop steps move each coordinate by ``step``, heavy-ball
@@ -214,6 +238,7 @@ class AdaptiveControl(StepControl):
     def begin(self, engine: ChainEngine) -> None:
         """Seed RMSprop's statistic with the gradient at the start (no step is ever taken
         with an empty statistic)."""
+        self.offset.layout = engine.layout
         if self.count == 0:
             self.square.lerp_(engine.grad.square(), 0.01)
             self.count = 1
@@ -223,10 +248,32 @@ class AdaptiveControl(StepControl):
         if t <= self.descent_end:
             self.square.lerp_(engine.grad.square(), 0.01)
             self.count += 1
+            self._update_boost(engine, ramped=t >= 50)
+        if t > self.last_window:
+            self.offset.add(engine.grad)
         if t >= self.probe_start and t % self.probe_every == 0:
             self._probe(engine)
         if t in self.window_ends:
             self._end_window(engine)
+
+    def _update_boost(self, engine: ChainEngine, ramped: bool) -> None:
+        """Delta-bar-delta on the descent's rates: grow where the gradient's running mean
+        stands out of its noise (a consistent slope, far from the mode) and agrees in sign with
+        the gradient, once the ramp is done; shrink elsewhere. A heavy ball (SGHMC) whose
+        momentum climbs such a slope stops (adaptive restart, O'Donoghue and Candes 2015):
+        after an overshoot, RMSprop's inflated statistic leaves the pull back too weak to turn
+        the momentum round for tens of steps."""
+        grad = engine.grad
+        self.trend.lerp_(grad, 0.1)
+        if not ramped:
+            return
+        rms = (self.square / (1.0 - 0.99 ** max(self.count, 1))).sqrt()
+        slope = self.trend.abs() > BOOST_SIGNAL * rms
+        factor = torch.where(slope & (grad * self.trend > 0), BOOST_GROWTH, BOOST_DECAY)
+        self.boost = (self.boost * factor).clamp(1.0, BOOST_MAX)
+        momentum = getattr(engine.state, "momentum", None)
+        if momentum is not None:
+            engine.rest_auxiliary(slope & (momentum["z"] * self.trend > 0))
 
     def _probe(self, engine: ChainEngine) -> None:
         """Accumulate the gradient noise and the Hessian's diagonal at the current position."""
@@ -258,6 +305,7 @@ class AdaptiveControl(StepControl):
         curvature = torch.maximum(self.curvature_sum / self.probes, fisher)
         floor = 1e-6 * curvature.median(1, keepdim=True).values
         curvature = torch.maximum(curvature, floor.clamp_min(torch.finfo(floor.dtype).tiny))
+        self.curvature = curvature
         bound = NOISE_BOUND if engine.t >= self.last_window else BURN_IN_NOISE_BOUND
         tiny = torch.finfo(noise.dtype).tiny
         # per-coordinate step h P_i: the smaller of the curvature and the noise bounds
@@ -346,21 +394,92 @@ class AdaptiveControl(StepControl):
             raise RuntimeError("the adaptive warm-up ended before its first measurement")
         self.frozen = True
 
+    def warmup_report(self, chain_ids: list[int]) -> list[str]:
+        """Chains still on their way at the end of warm-up (the draws that follow are not from
+        the posterior yet): the mean gradient of the last window is many posterior standard
+        deviations from zero (:class:`OffsetMeter`)."""
+        if self.curvature is None:
+            return []
+        offsets = self.offset.site_offsets(self.curvature, self.temperature)
+        reports = []
+        for c in range(self.curvature.shape[0]):
+            site, offset = max(offsets.items(), key=lambda item: float(item[1][c]))
+            if float(offset[c]) > OFFSET_LIMIT:
+                reports.append(
+                    f"chain {chain_ids[c]} is still on its way to the posterior at the end of "
+                    f"warm-up: over its last warm-up window the typical coordinate of site "
+                    f"{site!r} sat {float(offset[c]):.0f} posterior standard deviations from "
+                    "where its gradient vanishes, so its first draws are not from the "
+                    "posterior. Give more warm-up steps (warm-up draws x num_steps_per_sample "
+                    f"= {self.window_ends[-1]} now)"
+                )
+        return reports
+
     def reported_step_size(self, t: int, num_chains: int):
         return self.step_size(t).detach().reshape(-1).double().cpu().numpy()
 
     # ------------------------------------------------------------------ checkpoints
-    _STATE = ("rate", "step", "window_start", "square", "count", "fisher", "curvature_sum",
-              "noise_sum", "probes", "frozen", "window_diverged")  # fmt: skip
+    _STATE = ("rate", "step", "window_start", "square", "count", "boost", "trend", "fisher",
+              "curvature", "curvature_sum", "noise_sum", "probes", "frozen",
+              "window_diverged")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state = {
             name: value.clone() if isinstance(value, torch.Tensor) else value
             for name in self._STATE
             for value in [getattr(self, name)]
         }
+        state["offset"] = self.offset.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for name in self._STATE:
             value = state[name]
             setattr(self, name, value.clone() if isinstance(value, torch.Tensor) else value)
+        self.offset.load_state_dict(state["offset"])
+
+
+class OffsetMeter:
+    r"""How far is a chain from its typical set? At stationarity the mean gradient vanishes
+    (:math:`E[\nabla U] = 0`), and near a mode :math:`\nabla U \approx H (z - \mu)`, so the
+    mean gradient over a window in posterior standard deviations,
+
+    .. math::
+
+        S_i = \frac{|\overline{\partial_i U}|}{\sqrt{\hat H_{ii} T}}
+            \approx \frac{|\bar z_i - \mu_i|}{\sigma_i},
+
+    is of order one or less for a chain in its typical set (slowly mixing or not) and large for
+    one still on its way to it; the gradient noise adds about
+    :math:`\sqrt{\hat V_i / (\hat H_{ii} T n)}` over :math:`n` steps. The median over each
+    site's coordinates is reported, so one site left behind (a noise scale still far from its
+    value) is seen however many coordinates the other sites have."""
+
+    def __init__(self, like: torch.Tensor) -> None:
+        self.sum = torch.zeros_like(like)
+        self.count = 0
+        self.layout: Any = None
+
+    def add(self, grad: torch.Tensor) -> None:
+        self.sum += grad
+        self.count += 1
+
+    def site_offsets(self, curvature: torch.Tensor, temperature: float) -> dict[str, torch.Tensor]:
+        """Per site, the ``(C,)`` median :math:`S_i` over its coordinates (zeros before any
+        step); a model whose sites are unknown counts as one site ``"position"``."""
+        if self.count == 0:
+            return {"position": self.sum.new_zeros(self.sum.shape[0])}
+        scale = (curvature * temperature).sqrt().clamp_min(torch.finfo(self.sum.dtype).tiny)
+        offset = (self.sum / self.count).abs() / scale
+        if self.layout is None:
+            return {"position": offset.median(1).values}
+        parts = offset.split(self.layout.sizes, dim=1)
+        return {
+            name: part.median(1).values for name, part in zip(self.layout.names, parts, strict=True)
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sum": self.sum.clone(), "count": self.count}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.sum, self.count = state["sum"].clone(), state["count"]

@@ -29,6 +29,7 @@ from ..model_structure import ModelStructure, check_finite_data, inspect_model, 
 from ..potentials import Potential, make_potential
 from .adaptation import AdaptiveControl
 from .controls import MandtRateControl, ScheduleControl, StepControl
+from .distributed import DataParallelGradient, start_data_parallel
 from .divergence import BlowUpDetector, DivergenceMonitor
 from .engine import ChainEngine
 from .estimators import ControlVariateGradient, MinibatchGradient, find_centre
@@ -96,20 +97,24 @@ class PreparedChains:
             "num_data": self.structure.num_data,
         }
 
-    def warmup_messages(self, model: Any, args: tuple, kwargs: Mapping[str, Any]) -> list[str]:
-        """What is wrong after warm-up: a classifier still at chance."""
-        return check_classifier(
-            model, args, kwargs, self.constrain(self.draw()), self.structure.plate_name,
-            self.engine.monitor.chain_ids,
+    def warmup_messages(self, args: tuple, kwargs: Mapping[str, Any]) -> list[str]:
+        """What is wrong after warm-up: chains still on their way, a classifier at chance."""
+        engine = self.engine
+        ids = engine.monitor.chain_ids
+        messages = list(getattr(engine.control, "warmup_report", lambda _: [])(ids))
+        messages += check_classifier(
+            self.structure.model, args, kwargs, self.constrain(self.draw()), self.structure.plate,
+            ids,
         )  # fmt: skip
+        return messages
 
     def final_messages(self, draws: Mapping[str, torch.Tensor]) -> list[str]:
         """What is wrong after sampling: chains that did not move or ran too hot (``draws`` are
         the kept unconstrained draws, ``(C, S, ...)`` per site)."""
         engine = self.engine
-        return check_draws(
-            draws, engine.virial.estimate(), engine.temperature, engine.monitor.chain_ids
-        )
+        # constant SGD has no temperature to compare with: its spread is Mandt et al.'s
+        virial = engine.virial.estimate() if engine.algorithm.uses_temperature else None
+        return check_draws(draws, virial, engine.temperature, engine.monitor.chain_ids)
 
     def constrain(self, values: Mapping[str, torch.Tensor]) -> TensorDict:
         """Constrained values of unconstrained ones (any number of leading dimensions)."""
@@ -150,11 +155,15 @@ def prepare_chains(
     """
     args, kwargs = as_tensor_arguments(tuple(args), dict(kwargs))
     check_finite_data(args, kwargs)
-    seeds = chain_seeds(settings.seed, chains)
-    generators = chain_generators(seeds)
+    seed = settings.seed
+    if settings.data_parallel:
+        seed = start_data_parallel(settings, options, args, kwargs, chains)
+    seeds = chain_seeds(seed, chains)
+    generators = chain_generators(seeds, data_device(args, kwargs))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seeds[0])
-        structure = _inspect(model, args, kwargs, settings.subsample_plate)
+        structure = _inspect(model, args, kwargs, settings)
+    model = structure.model
     updates = resolve_gibbs_updates(settings.gibbs_updates, model, args, kwargs, structure)
     gibbs_sites = {site for update in updates for site in update.sites}
     initial, transforms = initial_values(
@@ -165,18 +174,29 @@ def prepare_chains(
     layout = FlatLayout({name: initial[name].shape[1:] for name in dynamic})
     fixed = {name: initial[name] for name in structure.latent_sites if name in gibbs_sites}
     potential = make_potential(
-        settings.potential, model, args, kwargs, transforms, layout, structure.num_data,
-        settings.subsample_plate, initial,
-    )  # fmt: skip
+        settings.potential,
+        model,
+        args,
+        kwargs,
+        transforms,
+        layout,
+        structure.plate,
+        initial,
+        structure.sample_sites,
+    )
     if settings.compile:
         potential.compile()
-    batch_size = resolve_batch_size(settings.batch_size, structure.num_data, structure.plate_name)
+    batch_size = resolve_batch_size(
+        settings.batch_size, structure.num_data, structure.plate_name, structure.plate
+    )
     batches = Minibatcher(structure.num_data, batch_size, generators, settings.batch_sampling)
     flat = layout.flatten(initial)
     first = _first_chain_start(
         model, args, kwargs, settings, seeds, chains, structure, initial, gibbs_sites
     )
     estimator = _estimator(settings, potential, layout, first, transforms, len(seeds))
+    if settings.data_parallel:
+        estimator = DataParallelGradient(estimator, structure.num_data, batch_size)
     engine = ChainEngine(
         algorithm=algorithm,
         options=options,
@@ -202,6 +222,15 @@ def prepare_chains(
     return PreparedChains(engine, structure, transforms, potential, initial, seeds)
 
 
+def data_device(args: tuple, kwargs: Mapping[str, Any]) -> torch.device:
+    """The device of the first tensor among the model's arguments (the CPU without one): where
+    the chains' generators, minibatch rows and noise live."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return torch.device("cpu")
+
+
 def _check_data_dtypes(args: tuple, kwargs: Mapping[str, Any], dtype: torch.dtype) -> None:
     """Floating data must have the dtype of the latent sites (mixing them fails mid-run)."""
     named = [(f"args[{i}]", a) for i, a in enumerate(args)]
@@ -215,9 +244,9 @@ def _check_data_dtypes(args: tuple, kwargs: Mapping[str, Any], dtype: torch.dtyp
             )
 
 
-def _inspect(model, args, kwargs, plate_name: str) -> ModelStructure:
+def _inspect(model, args, kwargs, settings: SamplerSettings) -> ModelStructure:
     try:
-        return inspect_model(model, args, kwargs, plate_name)
+        return inspect_model(model, args, kwargs, settings.subsample_plate, settings.data_args)
     except ModelContractError:
         raise
     except (IndexError, RuntimeError, TypeError) as error:
@@ -275,8 +304,15 @@ def initial_values(
     update, and one of :math:`e^{-2}` makes a network far from any fit look like noise.
     """
     strategy = _mean_for(at_mean, settings.init_strategy) if at_mean else settings.init_strategy
+    model, args, kwargs = structure.plate.bind_for_setup(model, args, kwargs)
     starts: list[TensorDict] = []
     transforms = default_transforms(structure)
+    unknown = sorted(set(settings.transforms or {}) - set(structure.latent_sites))
+    if unknown:
+        raise ValueError(
+            f"transforms names {unknown}, which are not latent sites of the model; its latent "
+            f"sites are {list(structure.latent_sites)}"
+        )
     transforms.update(settings.transforms or {})
     for seed in seeds:
         with torch.random.fork_rng(devices=[]):

@@ -171,6 +171,10 @@ class MandtRateControl(StepControl):
     def begin(self, engine: ChainEngine) -> None:
         self.warmup.begin(engine)
 
+    def warmup_report(self, chain_ids: list[int]) -> list[str]:
+        """The warm-up control's report (chains still on their way), if it makes one."""
+        return list(getattr(self.warmup, "warmup_report", lambda _: [])(chain_ids))
+
     def observe(self, engine: ChainEngine) -> None:
         self.warmup.observe(engine)
         if engine.draws_done < self.warmup_draws // 2:
@@ -196,7 +200,20 @@ class MandtRateControl(StepControl):
             )
         mean = {"z": self.square_difference / self.count}
         rates = optimal_constant_rates(mean, engine.num_data, diagonal=self.diagonal, batch_ndim=1)
-        self.rates = self.multiplier * (rates["z"] if self.diagonal else rates)
+        self.rates = self._stable(self.multiplier * (rates["z"] if self.diagonal else rates))
+
+    def _stable(self, rates: torch.Tensor) -> torch.Tensor:
+        """Clip the rates to half of SGD's stability limit :math:`2 / H_{kk}`, where the adaptive
+        warm-up measured the curvature :math:`H_{kk}` (Mandt et al.'s optimum assumes gradient
+        noise proportional to the curvature; where it is not -- a stiff coordinate with little
+        noise, such as a noise scale -- the unclipped rate makes SGD oscillate and diverge)."""
+        curvature = getattr(self.warmup, "curvature", None)
+        if curvature is None:
+            return rates
+        limit = 1.0 / curvature.clamp_min(torch.finfo(curvature.dtype).tiny)
+        if not self.diagonal:
+            limit = limit.amin(1).reshape(rates.shape)
+        return torch.minimum(rates, limit.to(rates))
 
     def state_dict(self) -> dict[str, Any]:
         square = self.square_difference

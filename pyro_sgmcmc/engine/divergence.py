@@ -25,6 +25,9 @@ __all__ = ["RUNAWAY", "RUNAWAY_GROWTH", "BlowUpDetector", "DivergenceMonitor"]
 #: coordinate), and ``RUNAWAY_GROWTH`` times the chain's running level, is a runaway (see
 #: :meth:`DivergenceMonitor.check`).
 RUNAWAY, RUNAWAY_GROWTH = 200.0, 25.0
+#: Before the blow-up detector has a scale, a rise of the potential by more than this multiple
+#: of its level is a blow-up.
+BURN_IN_GROWTH = 100.0
 
 
 class BlowUpDetector:
@@ -43,8 +46,9 @@ class BlowUpDetector:
     by :math:`O(N/\sqrt{B})`, which :math:`s_t` measures, so ordinary minibatch noise is not
     flagged; a gradual rise (a chain leaving a mode for the typical set) moves the level with it.
     Comparing with the level rather than with the last value means that one lucky minibatch
-    cannot make every later one look like a jump. The first ``burn_in`` steps only set the
-    scale.
+    cannot make every later one look like a jump. Over the first ``burn_in`` steps, which set
+    the scale, only a rise by more than ``BURN_IN_GROWTH`` times :math:`|m_t|` (and at least
+    ``minimum_jump``) is a blow-up: a first step far too large for the model.
     """
 
     def __init__(
@@ -65,9 +69,14 @@ class BlowUpDetector:
 
     def blown_up(self, value: torch.Tensor) -> torch.Tensor:
         """``(C,)`` mask of chains whose new potential ``value`` is a blow-up."""
-        if self.count < self.burn_in:
+        rise = value.detach().double().cpu() - self.level
+        if self.count == 0:
             return torch.zeros_like(self.level, dtype=torch.bool)
-        return self.exceeds(value.detach().double().cpu() - self.level)
+        if self.count < self.burn_in:
+            # no scale yet: only a rise by orders of magnitude (a far too large first step)
+            jump = (BURN_IN_GROWTH * self.level.abs()).clamp_min(self.minimum_jump)
+            return rise > jump
+        return self.exceeds(rise)
 
     def exceeds(self, rise: torch.Tensor) -> torch.Tensor:
         """``(C,)`` mask of rises of the potential beyond the blow-up threshold."""

@@ -73,7 +73,7 @@ def select_chains(chains: torch.Tensor, when_true: Any, when_false: Any) -> Any:
     """Per chain, ``when_true`` where the ``(C,)`` mask is set, else ``when_false``: tensors with a
     leading chain axis, dicts and named tuples of them (other values: ``when_false``'s)."""
     if isinstance(when_false, torch.Tensor):
-        mask = chains.reshape(-1, *([1] * (when_false.dim() - 1)))
+        mask = chains.to(when_false.device).reshape(-1, *([1] * (when_false.dim() - 1)))
         return torch.where(mask, when_true, when_false)
     if isinstance(when_false, dict):
         return {k: select_chains(chains, when_true[k], v) for k, v in when_false.items()}
@@ -186,6 +186,8 @@ class ChainEngine:
         self.value, self.grad = self.estimator(flat, self.fixed, self.rows)
         bad = self.monitor.non_finite(self.value, self.grad, flat)
         if not bool(bad.any()):
+            if self.monitor.blow_up is not None and self.monitor.blow_up.count == 0:
+                self.monitor.blow_up.accept(self.value)  # the level a first step is judged by
             self.control.begin(self)
             return
         chains = bad.nonzero().flatten().tolist()
@@ -275,7 +277,8 @@ class ChainEngine:
 
     def _revert(self, bad, new_state, fixed, value, grad, rows) -> None:
         """Keep the new state of the good chains; put the bad ones back, momenta at rest."""
-        self.state = select_chains(bad, self.algorithm.reset(self.state, bad), new_state)
+        reset = self.algorithm.reset(self.state, bad.to(self.position.device))
+        self.state = select_chains(bad, reset, new_state)
         fixed_changed = fixed is not self.fixed
         self.fixed = select_chains(bad, self.fixed, fixed)
         self.value = select_chains(bad, self.value, value)
@@ -318,11 +321,12 @@ class ChainEngine:
         stacked = signs[0].unsqueeze(0) if len(signs) == 1 else torch.stack(signs)
         return stacked.to(like.dtype).mul_(2).sub_(1)
 
-    def rest_auxiliary(self) -> None:
-        """Put every chain's auxiliary variables (momenta) at rest, e.g. when the
-        preconditioner changes."""
-        everything = torch.ones(self.num_chains, dtype=torch.bool)
-        self.state = self.algorithm.reset(self.state, everything)
+    def rest_auxiliary(self, where: torch.Tensor | None = None) -> None:
+        """Put the auxiliary variables (momenta) at rest: every chain's (e.g. when the
+        preconditioner changes), or only the entries of the ``(C, D)`` mask ``where``."""
+        if where is None:
+            where = torch.ones(self.num_chains, dtype=torch.bool, device=self.position.device)
+        self.state = self.algorithm.reset(self.state, where)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import torch
 from pyro import poutine
 
 from ..errors import SamplerWarning
+from ..model_structure import DataPlate
 
 __all__ = ["check_classifier", "check_draws", "warn_all"]
 
@@ -88,19 +89,24 @@ def check_classifier(
     args: tuple,
     kwargs: Mapping[str, Any],
     constrained: Mapping[str, torch.Tensor],
-    plate_name: str,
+    plate: DataPlate,
     chain_ids: list[int],
     max_rows: int = 2000,
 ) -> list[str]:
     """Messages about chains whose classifier predicts no better than the most frequent class.
 
-    ``constrained`` holds every chain's current values, ``(C, ...)`` per latent site. Models
-    without a categorical observation site in the data plate give no message.
+    ``constrained`` holds every chain's current values, ``(C, ...)`` per latent site; the model
+    is evaluated on its first ``max_rows`` rows. Models without a categorical observation site in
+    the data plate give no message.
     """
+    size = min(plate.num_data, plate.max_rows, max_rows)
+    device = next((v.device for v in constrained.values()), None)
+    rows = None if size == plate.num_data else torch.arange(size, device=device)
+    model, args, kwargs = plate.bind(model, args, kwargs, rows)
     messages = []
     for chain, chain_id in enumerate(chain_ids):
         values = {name: value[chain] for name, value in constrained.items()}
-        found = _accuracy(model, args, kwargs, values, plate_name, max_rows)
+        found = _accuracy(model, args, kwargs, values, plate.name)
         if found is None:
             return []
         accuracy, chance = found
@@ -114,7 +120,7 @@ def check_classifier(
     return messages
 
 
-def _accuracy(model, args, kwargs, values, plate_name, max_rows) -> tuple[float, float] | None:
+def _accuracy(model, args, kwargs, values, plate_name) -> tuple[float, float] | None:
     """Training accuracy and majority-class rate of the first categorical observation site."""
     with torch.no_grad():
         trace = poutine.trace(poutine.condition(model, data=dict(values))).get_trace(
@@ -130,8 +136,8 @@ def _accuracy(model, args, kwargs, values, plate_name, max_rows) -> tuple[float,
             fn = fn.base_dist
         if not isinstance(fn, torch.distributions.Categorical):
             continue
-        labels = site["value"].reshape(-1)[:max_rows]
-        predicted = fn.logits.reshape(-1, fn.logits.shape[-1])[:max_rows].argmax(-1)
+        labels = site["value"].reshape(-1)
+        predicted = fn.logits.reshape(-1, fn.logits.shape[-1]).argmax(-1)
         accuracy = float((predicted == labels).double().mean())
         chance = float(torch.bincount(labels).max()) / labels.numel()
         return accuracy, chance

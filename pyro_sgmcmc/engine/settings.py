@@ -50,6 +50,8 @@ class SamplerSettings:
     centre_iterations: int
     chunk_size: int
     compile: bool
+    data_args: tuple[int | str, ...] | None = None
+    data_parallel: bool = False
 
     @property
     def per_datum(self) -> bool:
@@ -78,7 +80,7 @@ class SamplerSettings:
             schedule = as_schedule(learning_rate, "learning_rate")
         checked = {**arguments, "schedule": schedule}
         for name, check in _CHECKS.items():
-            checked[name] = check(name, arguments[name])
+            checked[name] = check(name, arguments.get(name))
         return cls(**checked)
 
 
@@ -137,10 +139,30 @@ def _transforms(name: str, value: Any) -> dict[str, Transform] | None:
     return dict(value)
 
 
+def _data_args(name: str, value: Any) -> tuple[int | str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, int | str):
+        value = (value,)
+    if not isinstance(value, Sequence) or not all(
+        isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+        for v in value
+    ):
+        raise TypeError(
+            f"{name} must be None or a sequence of argument positions (ints >= 0) and keyword "
+            f"names (strs) of the model's data arguments, got {value!r}"
+        )
+    return tuple(value)
+
+
 def _boolean(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return value
+
+
+def _flag_off_by_default(name: str, value: Any) -> bool:
+    return False if value is None else _boolean(name, value)
 
 
 def _control_variate(name: str, value: Any) -> bool | Mapping[str, Any]:
@@ -170,6 +192,8 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "centre_iterations": check_positive_int,
     "chunk_size": check_positive_int,
     "compile": _boolean,
+    "data_args": _data_args,
+    "data_parallel": _flag_off_by_default,
 }
 
 

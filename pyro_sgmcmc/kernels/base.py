@@ -75,6 +75,8 @@ class StochasticGradientKernel(MCMCKernel):
         centre_iterations: int = 100,
         chunk_size: int = 65536,
         compile: bool = False,
+        data_args: Sequence[int | str] | None = None,
+        data_parallel: bool = False,
         options: Any = None,
     ) -> None:
         if not callable(model):
@@ -174,7 +176,7 @@ class StochasticGradientKernel(MCMCKernel):
             self._recorder.add(draws, stats)
         self._num_draws += 1
         if self._num_draws == self._warmup_steps and self._warmup_steps > 0:
-            warn_all(self._chains.warmup_messages(self.model, *self._data))
+            warn_all(self._chains.warmup_messages(*self._data))
         self._last_returned = {name: value[0] for name, value in draws.items()}
         return self._last_returned
 

@@ -19,8 +19,11 @@ class PSGLD(StochasticGradientKernel):
 
     The drift correction :math:`\Gamma(\theta)` of the exact preconditioned diffusion is dropped,
     as in Li et al.'s experiments, so the stationary distribution is :math:`\exp(-U/T)` only up to
-    a bias that vanishes as :math:`\epsilon \to 0` and :math:`\beta \to 1`. The preconditioner
-    adapts during warm-up and sampling alike.
+    a bias that vanishes as :math:`\epsilon \to 0` and :math:`\beta \to 1`. With a step size
+    given, the preconditioner adapts during warm-up and sampling alike; with the adaptive
+    warm-up (no step size given) it is frozen at the end of warm-up, together with
+    :math:`\epsilon`, so the sampling phase needs no correction term
+    (:mod:`pyro_sgmcmc.engine.adaptation`).
 
     Parameters
     ----------

@@ -79,9 +79,22 @@ class SGLD(StochasticGradientKernel):
         Maximum L-BFGS iterations for the centre, ``>= 1``.
     chunk_size:
         Rows per call in full-data passes (the centre's gradient), ``>= 1``.
+    data_args:
+        For a model whose data plate is sized from the data (``pyro.plate("data",
+        x.shape[0])`` with ``obs=y``): the positions (ints) and keyword names (strs) of the
+        arguments to slice to each minibatch; default: every tensor argument whose leading size
+        is :math:`N`. See the model contract.
     compile:
         Compile the potential with ``torch.compile`` (its first evaluation, at set-up,
         compiles it).
+    data_parallel:
+        Evaluate every minibatch across the ranks of ``torch.distributed``'s process group (one
+        chain, many workers; launch with ``torchrun`` and call
+        :func:`~pyro_sgmcmc.init_distributed` first): each rank holds the full data, takes its
+        share of each minibatch's rows, and one all-reduce per step sums the shares, so every
+        rank holds the same chain -- the single-process chain with the same seed and batch, up
+        to rounding (:mod:`pyro_sgmcmc.engine.distributed`). ``batch_size`` must be at least the
+        number of ranks; rank 0 writes the checkpoints.
     keep_draws:
         Keep a reference to every kept draw (default ``True``) so that a
         :class:`~pyro_sgmcmc.SamplerDivergedError` can hand back what was collected before it.

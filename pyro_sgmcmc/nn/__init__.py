@@ -1,5 +1,6 @@
 """Bayesian neural networks as Pyro models: :class:`BayesianMLP`, its priors and heads."""
 
+from .lenet import LeNet5
 from .likelihoods import (
     CategoricalLikelihood,
     HeteroscedasticNormalLikelihood,
@@ -15,6 +16,7 @@ __all__ = [
     "CategoricalLikelihood",
     "GammaPrecision",
     "HeteroscedasticNormalLikelihood",
+    "LeNet5",
     "Likelihood",
     "NormalLikelihood",
     "NormalPrior",

@@ -7,8 +7,7 @@ A head maps the network output :math:`f_\theta(x)` to the distribution of :math:
   ``noise_precision`` :math:`\tau = \sigma^{-2} \sim \mathrm{Gamma}(a, b)` that the SG-MCMC
   kernels can update by exact Gibbs steps.
 * :class:`HeteroscedasticNormalLikelihood`: the network outputs a mean and a log-variance per
-  response, :math:`y \sim \mathcal N(\mu_\theta(x), \exp(s_\theta(x)))` (Kendall & Gal 2017;
-  seed 003).
+  response, :math:`y \sim \mathcal N(\mu_\theta(x), \exp(s_\theta(x)))` (Kendall & Gal 2017).
 * :class:`CategoricalLikelihood`:
   :math:`y \sim \mathrm{Categorical}(\mathrm{softmax}(f_\theta(x)))`.
 

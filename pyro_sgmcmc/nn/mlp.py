@@ -23,6 +23,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyro
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,7 @@ from torch import nn
 
 from .._validation import check_positive, check_positive_int
 from ..conjugate import NormalGammaPrecisionUpdate, NormalNoisePrecisionUpdate
+from ..errors import ModelContractError
 from ..gibbs import GibbsUpdate
 from .likelihoods import (
     CategoricalLikelihood,
@@ -167,6 +169,11 @@ class BayesianMLP(PyroModule):
         out_features = check_positive_int("out_features", out_features)
         if isinstance(hidden_features, int):
             hidden_features = [hidden_features]
+        if not isinstance(hidden_features, Sequence) or isinstance(hidden_features, str):
+            raise TypeError(
+                "hidden_features must be a positive int or a sequence of positive ints (e.g. "
+                f"[50] or [100, 100]; [] for no hidden layer), got {hidden_features!r}"
+            )
         hidden = [check_positive_int("hidden_features[i]", h) for h in hidden_features]
         if isinstance(activation, str):
             if activation not in ACTIVATIONS:
@@ -241,25 +248,74 @@ class BayesianMLP(PyroModule):
             shapes.setdefault(name, torch.Size())
         return {name: shapes[name] for name in self._latent_sites}
 
+    # ------------------------------------------------------------------ data checks
+    def check_data(self, x: Any, y: Any = None, *, dtype: torch.dtype | None = None) -> None:
+        """Refuse inputs that do not fit the network, naming the argument and what is allowed.
+
+        ``x`` must be a floating ``torch.Tensor`` of shape ``(rows, in_features)`` (of ``dtype``
+        when given, the dtype of the weights); ``y`` of shape ``(rows,)`` (one response, or
+        class labels) or ``(rows, out_features)``; class labels must be integers in
+        ``[0, out_features)``, and floating responses must have ``x``'s dtype.
+
+        Raises
+        ------
+        TypeError
+            For ``x`` or ``y`` that are not tensors (NumPy arrays, lists).
+        ModelContractError
+            For a wrong shape, dtype or a label outside the classes.
+        """
+        for name, value in (("x", x), ("y", y)):
+            if value is not None and not isinstance(value, torch.Tensor):
+                kind = "numpy.ndarray" if isinstance(value, np.ndarray) else type(value).__name__
+                raise TypeError(
+                    f"{name} must be a torch.Tensor for BayesianMLP, got {kind}: "
+                    f"convert it first, e.g. torch.as_tensor({name}"
+                    + (", dtype=torch.float32)" if name == "x" else ")")
+                )
+        if x.dim() != 2 or x.shape[1] != self.in_features:
+            raise ModelContractError(
+                f"x must have shape (rows, in_features) = (rows, {self.in_features}) for this "
+                f"BayesianMLP, got {tuple(x.shape)}"
+                + (": add the feature dimension, x.unsqueeze(-1)" if x.dim() == 1 else "")
+            )
+        if not x.is_floating_point() or (dtype is not None and x.dtype != dtype):
+            wanted = dtype or torch.get_default_dtype()
+            raise ModelContractError(
+                f"x must be a floating tensor of the weights' dtype {wanted}, got {x.dtype}: "
+                f"convert it with x.to({wanted})"
+            )
+        if y is None:
+            return
+        rows = x.shape[0]
+        single = self.head.is_classifier or self.out_features == 1
+        expected = (rows,) if single else (rows, self.out_features)
+        if tuple(y.shape) != expected:
+            raise ValueError(
+                f"y must have shape {expected} for this BayesianMLP "
+                f"({'labels' if self.head.is_classifier else 'responses'}), got "
+                f"{tuple(y.shape)}"
+            )
+        if self.head.is_classifier:
+            _check_labels(y, self.out_features)
+        elif y.is_floating_point() and y.dtype != x.dtype:
+            raise ModelContractError(
+                f"y has dtype {y.dtype} but x has dtype {x.dtype}: give both the weights' dtype "
+                f"(y.to({x.dtype}))"
+            )
+
     # ------------------------------------------------------------------ Pyro model
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         """Run the model on the rows the data plate yields; return the network output there."""
-        if y is not None:
-            rows = x.shape[0]
-            single = self.head.is_classifier or self.out_features == 1
-            expected = (rows,) if single else (rows, self.out_features)
-            if tuple(y.shape) != expected:
-                raise ValueError(
-                    f"y must have shape {expected} for this BayesianMLP "
-                    f"({'labels' if self.head.is_classifier else 'responses'}), got "
-                    f"{tuple(y.shape)}"
-                )
+        self.check_data(x, y)
         data_plate = pyro.plate("data", x.shape[0])
         idx = data_plate.indices
         h = _take_rows(x, idx)
         last = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
-            h = F.linear(h, layer.weight, layer.bias)
+            weight = layer.weight
+            if index == 0 and weight.dtype != x.dtype:
+                self.check_data(x, dtype=weight.dtype)
+            h = F.linear(h, weight, layer.bias)
             if index < last:
                 h = self.activation(h)
         obs_dist = self.head.distribution(h, self, self.out_features)
@@ -395,10 +451,10 @@ class BayesianMLP(PyroModule):
         ``1 / likelihood_temperature``. With a :class:`GammaPrecision` prior
         :math:`1/\sigma_p^2` is the group's precision :math:`\lambda_g` from ``params`` (held
         fixed: no gradient is returned for it). A small network
-        spends most of an autograd step in the engine's per-node overhead (W2: about half the
-        step); this costs a handful of batched matrix products. Only when
-        :attr:`has_analytic_gradient`; the tests compare it with autograd through
-        :meth:`log_joint`.
+        spends most of an autograd step in the engine's per-node overhead (for the 1-20-20-1
+        sinusoid network, about half the step); this costs a handful of batched matrix
+        products. Only when :attr:`has_analytic_gradient`; the tests compare it with autograd
+        through :meth:`log_joint`.
         """
         if not self.has_analytic_gradient:
             raise ValueError(
@@ -527,6 +583,25 @@ class BayesianMLP(PyroModule):
         return (
             f"BayesianMLP({'-'.join(map(str, sizes))}, likelihood={self.head!r}, "
             f"prior={self.prior!r}{tempered})"
+        )
+
+
+def _check_labels(y: torch.Tensor, num_classes: int) -> None:
+    """Class labels must be integers in ``[0, num_classes)`` (named in the error otherwise)."""
+    if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+        raise ModelContractError(
+            f"y must hold integer class labels in [0, {num_classes}) (an int64 tensor) for a "
+            f"classifier, got dtype {y.dtype}: convert whole-number labels with y.long()"
+        )
+    if y.numel() == 0:
+        return
+    low, high = int(y.min()), int(y.max())
+    if low < 0 or high >= num_classes:
+        bad = y[(y < 0) | (y >= num_classes)]
+        raise ModelContractError(
+            f"y holds {bad.numel()} label(s) outside the classes [0, {num_classes}) of this "
+            f"classifier (out_features={num_classes}), e.g. {int(bad[0])}: labels must be "
+            f"0, ..., {num_classes - 1}"
         )
 
 

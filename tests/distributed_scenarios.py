@@ -1,0 +1,317 @@
+"""Runs of the distributed tests, one function per scenario, and the launcher of their ranks.
+
+Each scenario builds its run from ``distributed`` (``False``: the one-process reference, run in
+the test process; ``True``: on every rank of a process group) and returns a dict of tensors.
+Run as a script, this module is one rank: ``python distributed_scenarios.py OUT SCENARIO...``
+with the variables ``torchrun`` sets (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...); it saves
+each scenario's output to ``OUT/<scenario>.rank<r>.pt`` and, when a run raises, the message to
+``OUT/<scenario>.rank<r>.error``. :func:`launch` starts the ranks as plain subprocesses (the
+kernels' chain numbering under ``pyro.infer.MCMC`` needs each rank to be a main process).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import pyro
+import pyro.distributions as dist
+import torch
+import torch.distributed
+from pyro.infer import MCMC
+
+from pyro_sgmcmc import SGHMC, SGLD, ResumableMCMC, run_chains
+from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision
+
+NUM_SAMPLES, WARMUP = 6, 4
+
+
+def mlp_data(num_data: int = 40):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(num_data, 2, generator=generator, dtype=torch.float64)
+    y = torch.sin(x[:, 0]) + 0.1 * torch.randn(num_data, generator=generator, dtype=torch.float64)
+    return BayesianMLP(2, [5], 1, prior=GammaPrecision(2.0, 1.0)), (x, y)
+
+
+def hierarchical(y):
+    """A hand-written Pyro model (Pyro's trace potential): a Normal-Gamma pair (Gibbs-updated
+    ``tau``) and a constrained site ``s``."""
+    tau = pyro.sample("tau", dist.Gamma(2.0, 1.0))
+    mu = pyro.sample("mu", dist.Normal(0.0, tau.rsqrt()))
+    s = pyro.sample("s", dist.HalfNormal(2.0))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu, s), obs=y[idx])
+
+
+def regression(x, y):
+    w = pyro.sample("w", dist.Normal(torch.zeros(x.shape[1], dtype=x.dtype), 1.0).to_event(1))
+    with pyro.plate("data", x.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(x[idx] @ w, 0.5), obs=y[idx])
+
+
+def sghmc(model, distributed: bool, **options) -> SGHMC:
+    options = {
+        "step_size": 1e-3,
+        "batch_size": 10,
+        "num_steps_per_sample": 3,
+        "seed": 7,
+        "friction": 0.3,
+        **options,
+    }
+    return SGHMC(model, data_parallel=distributed, **options)
+
+
+def _chains(result) -> dict[str, torch.Tensor]:
+    return {**result.samples, "lp": torch.from_numpy(result.sample_stats["lp"])}
+
+
+def data_mlp(distributed: bool) -> dict[str, torch.Tensor]:
+    """Data parallel, BayesianMLP (closed-form gradient), Gibbs precisions, 2 chains."""
+    model, data = mlp_data()
+    kernel = sghmc(model, distributed)
+    return _chains(
+        run_chains(kernel, *data, num_chains=2, num_samples=NUM_SAMPLES, warmup_steps=WARMUP)
+    )
+
+
+def data_trace(distributed: bool) -> dict[str, torch.Tensor]:
+    """Data parallel, a hand-written model through Pyro's trace, SGLD, no seed given (the ranks
+    agree on rank 0's), odd batch size (shares of 4 and 3 rows)."""
+    y = 1.0 + 0.5 * torch.randn(60, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    pyro.set_rng_seed(3)
+    kernel = SGLD(
+        hierarchical,
+        step_size=1e-3,
+        batch_size=7,
+        num_steps_per_sample=2,
+        data_parallel=distributed,
+    )
+    return _chains(
+        run_chains(kernel, y, num_chains=1, num_samples=NUM_SAMPLES, warmup_steps=WARMUP)
+    )
+
+
+def data_control_variate(distributed: bool) -> dict[str, torch.Tensor]:
+    """Data parallel with the control-variate estimator, and the full-data (no minibatch) path
+    on an odd number of rows."""
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(201, 3, generator=generator, dtype=torch.float64)
+    y = x @ torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64) + 0.5 * torch.randn(
+        201, generator=generator, dtype=torch.float64
+    )
+    out = {}
+    for name, options in {
+        "cv": {"control_variate": True, "batch_size": 20},
+        "full": {"batch_size": None},
+    }.items():
+        kernel = sghmc(regression, distributed, step_size=1e-4, **options)
+        result = run_chains(
+            kernel, x, y, num_chains=2, num_samples=NUM_SAMPLES, warmup_steps=WARMUP
+        )
+        out.update({f"{name}.{k}": v for k, v in _chains(result).items()})
+    return out
+
+
+def data_mcmc(distributed: bool) -> dict[str, torch.Tensor]:
+    """Data parallel inside pyro.infer.MCMC (one chain) and ResumableMCMC (two, in turn)."""
+    model, data = mlp_data()
+    mcmc = MCMC(
+        sghmc(model, distributed),
+        num_samples=NUM_SAMPLES,
+        warmup_steps=WARMUP,
+        num_chains=1,
+        disable_progbar=True,
+    )
+    mcmc.run(*data)
+    resumable = ResumableMCMC(
+        sghmc(model, distributed),
+        num_samples=NUM_SAMPLES,
+        warmup_steps=WARMUP,
+        num_chains=2,
+        disable_progbar=True,
+    )
+    resumable.run(*data)
+    out = {f"mcmc.{k}": v for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    out.update({f"resumable.{k}": v for k, v in resumable.get_samples(group_by_chain=True).items()})
+    return out
+
+
+def chains_mlp(distributed: bool) -> dict[str, torch.Tensor]:
+    """Chains across processes: 3 chains (2 on rank 0, 1 on rank 1)."""
+    model, data = mlp_data()
+    result = run_chains(
+        sghmc(model, False),
+        *data,
+        num_chains=3,
+        num_samples=NUM_SAMPLES,
+        warmup_steps=WARMUP,
+        distribute_chains=distributed,
+    )
+    out = _chains(result)
+    out["seeds"] = torch.tensor(result.chain_seeds)
+    return out
+
+
+def _dies_at(index: int):
+    """A callback that kills rank 1 (SIGKILL: no clean-up) after the kept draw ``index``."""
+
+    def callback(draw_index, draw):
+        if int(os.environ.get("RANK", "0")) == 1 and draw_index == index:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return callback
+
+
+def _crash_run(distributed: bool, resume: bool, **options) -> dict[str, torch.Tensor]:
+    model, data = mlp_data()
+    data_parallel = options.pop("data_parallel")
+    kernel = sghmc(model, distributed and data_parallel)
+    path = Path(options.pop("out")) / "run.ckpt"
+    result = run_chains(
+        kernel,
+        *data,
+        num_chains=options.pop("num_chains"),
+        num_samples=NUM_SAMPLES,
+        warmup_steps=WARMUP,
+        checkpoint_path=path if distributed else None,
+        checkpoint_every=1,
+        resume_from=path if resume else None,
+        callback=None if resume else _dies_at(2),
+        **options,
+    )
+    return _chains(result)
+
+
+def crash_data(distributed: bool, out: str = "", resume: bool = False):
+    """Data parallel; rank 1 is killed after its third kept draw; then resumed."""
+    return _crash_run(distributed, resume, data_parallel=True, out=out, num_chains=2)
+
+
+def crash_chains(distributed: bool, out: str = "", resume: bool = False):
+    """Chains across processes; rank 1 is killed after its third kept draw; then resumed."""
+    return _crash_run(
+        distributed,
+        resume,
+        data_parallel=False,
+        out=out,
+        num_chains=3,
+        distribute_chains=distributed,
+    )
+
+
+class RankDependentUpdate:
+    """A faulty Gibbs update whose draw depends on the rank: the ranks' states part."""
+
+    sites = ("tau",)
+
+    def sample(self, params, generator, *args, **kwargs):
+        rank = int(os.environ.get("RANK", "0"))
+        return {"tau": params["tau"] * (1.0 + 1e-3 * rank)}
+
+
+def diverging_ranks(distributed: bool) -> dict[str, torch.Tensor]:
+    """Data parallel with a Gibbs update that differs between ranks: refused after its step."""
+    y = torch.linspace(0.0, 2.0, 30, dtype=torch.float64)
+    kernel = SGLD(
+        hierarchical,
+        step_size=1e-3,
+        batch_size=6,
+        seed=1,
+        gibbs_every=2,
+        gibbs_updates=[RankDependentUpdate()],
+        data_parallel=distributed,
+    )
+    return _chains(run_chains(kernel, y, num_chains=1, num_samples=2))
+
+
+def mismatched_ranks(distributed: bool) -> dict[str, torch.Tensor]:
+    """Data parallel with another seed on rank 1: refused at set-up."""
+    model, data = mlp_data()
+    seed = 7 + int(os.environ.get("RANK", "0"))
+    return _chains(
+        run_chains(sghmc(model, distributed, seed=seed), *data, num_chains=1, num_samples=2)
+    )
+
+
+SCENARIOS = {
+    f.__name__: f
+    for f in (
+        data_mlp,
+        data_trace,
+        data_control_variate,
+        data_mcmc,
+        chains_mlp,
+        diverging_ranks,
+        mismatched_ranks,
+        crash_data,
+        crash_chains,
+    )
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def launch(out: Path, scenarios: list[str], ranks: int = 2, timeout: float = 120.0) -> list:
+    """Run ``scenarios`` on ``ranks`` processes of one gloo group; return their exit codes."""
+    port = _free_port()
+    root = Path(__file__).resolve().parents[1]
+    processes = []
+    for rank in range(ranks):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(ranks),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+        }
+        command = [sys.executable, str(Path(__file__).resolve()), str(out), *scenarios]
+        processes.append(subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
+    codes = []
+    for process in processes:
+        try:
+            _, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+        (out / f"stderr.rank{len(codes)}.txt").write_text(stderr or "")
+        codes.append(process.returncode)
+    return codes
+
+
+def main(out: str, *names: str) -> int:
+    from pyro_sgmcmc import init_distributed
+
+    torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float64)
+    init_distributed("gloo", timeout=60.0)
+    rank = int(os.environ["RANK"])
+    status = 0
+    for name in names:
+        scenario, _, stage = name.partition(":")
+        options = {"out": out, "resume": stage == "resume"} if scenario.startswith("crash") else {}
+        try:
+            result = SCENARIOS[scenario](True, **options)
+        except Exception as error:  # reported to the test, which checks the message
+            Path(out, f"{name}.rank{rank}.error").write_text(f"{type(error).__name__}: {error}")
+            traceback.print_exc()
+            status = 1
+            continue
+        torch.save(result, Path(out, f"{name}.rank{rank}.pt"))
+    torch.distributed.destroy_process_group()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

@@ -1,0 +1,148 @@
+"""The adaptive warm-up (no step size given): it samples known posteriors, it says when it was too
+short, a user's step size bypasses it, and ConstantSGD's optimal rate stays stable.
+
+Tolerances: means within 4 Monte Carlo standard errors (ESS-based); covariances within 4 MCSE
+plus a relative bias allowance for the adapted step's discretisation and gradient-noise bias,
+which the warm-up bounds by design (``NOISE_BOUND`` and ``CURVATURE_BOUND`` in
+``pyro_sgmcmc.engine.adaptation``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import torch
+from pyro.infer import MCMC
+from pyro_tutorial_models import BayesianRegression
+from pyro_tutorial_models import regression_data as tutorial_data
+from stats_helpers import (
+    ConjugateLinearRegression,
+    assert_covariance_close,
+    assert_mean_close,
+    regression_data,
+)
+
+from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, run_chains
+from pyro_sgmcmc.engine.adaptation import MINIMUM_WARMUP_STEPS
+from pyro_sgmcmc.errors import SamplerWarning
+
+KERNELS = {"sgld": SGLD, "sghmc": SGHMC, "psgld": PSGLD}
+
+
+def _correlated_data(n: int, correlation: float, seed: int = 0):
+    """Regression inputs whose two columns correlate: a posterior with correlated weights."""
+    generator = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, 2, generator=generator)
+    x = torch.stack([z[:, 0], correlation * z[:, 0] + (1 - correlation**2) ** 0.5 * z[:, 1]], 1)
+    y = x @ torch.tensor([1.0, -0.5]) + 0.5 * torch.randn(n, generator=generator)
+    return x, y
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_defaults_sample_the_conjugate_posterior(name):
+    x, y = regression_data(n=1000, d=5)
+    model = ConjugateLinearRegression()
+    mean, cov = model.posterior(x, y)
+    # SGHMC's default friction (0.05) keeps its momentum long: it needs more draws for the ESS
+    num_samples = 3000 if name == "sghmc" else 1000
+    result = run_chains(KERNELS[name](model, batch_size=100, seed=7), x, y, num_chains=4,
+                        num_samples=num_samples, warmup_steps=1000)  # fmt: skip
+    draws = result.samples["w"].double().numpy()
+    assert not result.sample_stats["diverging"].any()
+    assert_mean_close(draws, mean, z=4.0)
+    assert_covariance_close(draws, cov, z=4.0, relative_bias=0.15)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_defaults_sample_a_strongly_correlated_posterior(name):
+    """Two weights with posterior correlation about -0.95 (Chen et al. 2014's test target)."""
+    x, y = _correlated_data(2000, correlation=0.95)
+    model = ConjugateLinearRegression()
+    mean, cov = model.posterior(x, y)
+    assert cov[0, 1] / np.sqrt(cov[0, 0] * cov[1, 1]) < -0.9
+    result = run_chains(KERNELS[name](model, batch_size=100, seed=3), x, y, num_chains=4,
+                        num_samples=4000, warmup_steps=2000)  # fmt: skip
+    draws = result.samples["w"].double().numpy()
+    assert_mean_close(draws, mean, z=4.0)
+    assert_covariance_close(draws, cov, z=4.0, relative_bias=0.15)
+
+
+def test_the_adapted_step_is_frozen_for_sampling_and_a_given_step_is_kept():
+    x, y = regression_data(n=400, d=3)
+    model = ConjugateLinearRegression()
+    adapted = run_chains(SGLD(model, batch_size=50, seed=0), x, y, num_chains=2,
+                         num_samples=50, warmup_steps=200)  # fmt: skip
+    steps = adapted.sample_stats["step_size"]
+    assert np.all(steps == steps[:, :1]), "the step moved during sampling"
+    assert np.all(steps > 0)
+    given = run_chains(SGLD(model, step_size=1e-5, batch_size=50, seed=0), x, y, num_chains=2,
+                       num_samples=50, warmup_steps=10)  # fmt: skip
+    assert np.allclose(given.sample_stats["step_size"], 1e-5)
+
+
+def test_a_warmup_below_the_minimum_is_refused_by_name():
+    x, y = regression_data(n=200, d=3)
+    kernel = SGLD(ConjugateLinearRegression(), batch_size=50, seed=0)
+    with pytest.raises(ValueError, match=f"needs at least {MINIMUM_WARMUP_STEPS} warm-up"):
+        MCMC(kernel, num_samples=5, warmup_steps=MINIMUM_WARMUP_STEPS - 1,
+             disable_progbar=True).run(x, y)  # fmt: skip
+
+
+def test_a_warmup_too_short_to_arrive_warns_and_names_the_site():
+    """Pyro's tutorial regression from its default start: 50 warm-up steps leave the noise
+    scale many posterior standard deviations from its value; 500 are enough, and silent."""
+    x, y = tutorial_data()
+    short = MCMC(SGLD(BayesianRegression(3), batch_size=25, seed=3), num_samples=20,
+                 warmup_steps=50, disable_progbar=True)  # fmt: skip
+    with pytest.warns(SamplerWarning, match=r"still on its way .* site 'sigma' sat \d+ posterior"):
+        short.run(x, y)
+    long = MCMC(SGLD(BayesianRegression(3), batch_size=25, seed=3), num_samples=20,
+                warmup_steps=500, disable_progbar=True)  # fmt: skip
+    with warningsless():
+        long.run(x, y)
+    assert abs(float(long.get_samples()["sigma"].mean()) - 0.5) < 0.1
+
+
+@contextmanager
+def warningsless():
+    """Turn any SamplerWarning into an error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SamplerWarning)
+        yield
+
+
+@pytest.mark.parametrize(("radius", "warmup"), [(2.0, 600), (20.0, 2000)])
+def test_the_descent_starts_far_away_without_blowing_up(radius, warmup):
+    """Starts far out in the tails (weights of size ``radius``, 100 and 1000 posterior standard
+    deviations out): the ramped descent reaches the posterior with no divergence and no
+    warning (a descent moves at most a few hundredths per step: the farther start needs the
+    longer warm-up, and the shorter one says so -- see the test above)."""
+    x, y = regression_data(n=1000, d=5)
+    model = ConjugateLinearRegression()
+    mean, _ = model.posterior(x, y)
+    start = {"w": torch.full((2, 5), radius)}
+    with warningsless():
+        result = run_chains(SGHMC(model, batch_size=100, seed=1), x, y, num_chains=2,
+                            num_samples=200, warmup_steps=warmup, initial_params=start)  # fmt: skip
+    assert result.divergent_steps == ((), ())
+    draws = result.samples["w"].double().numpy()
+    assert np.abs(draws.mean((0, 1)) - mean).max() < 0.05
+
+
+@pytest.mark.parametrize("preconditioner", ["scalar", "diagonal"])
+def test_constant_sgd_optimal_rate_is_clipped_to_a_stable_rate(preconditioner):
+    """The tutorial regression's noise scale is stiff and has little gradient noise: Mandt et
+    al.'s rate alone is unstable there; clipped to half of SGD's stability limit it samples."""
+    x, y = tutorial_data()
+    kernel = ConstantSGD(BayesianRegression(3), batch_size=25, seed=3,
+                         preconditioner=preconditioner)  # fmt: skip
+    mcmc = MCMC(kernel, num_samples=300, warmup_steps=400, disable_progbar=True)
+    mcmc.run(x, y)
+    draws = mcmc.get_samples()
+    assert not mcmc.diagnostics()["divergences"]["chain 0"]
+    assert abs(float(draws["sigma"].mean()) - 0.53) < 0.05
+    assert float(draws["linear.weight"].std(0).max()) < 0.2

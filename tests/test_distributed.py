@@ -1,0 +1,364 @@
+"""SG-MCMC over several processes (``torch.distributed``, gloo on loopback) and on CUDA.
+
+Two ranks run the scenarios of ``distributed_scenarios.py`` as separate processes; the test
+process runs the same scenarios in one process and compares:
+
+* data parallel (one chain, the minibatch split over the ranks, one all-reduce per step): the
+  chain equals the one-process chain with the same seed and total batch to 1e-10 in float64
+  (the shares' sums are re-associated, so not bit for bit), and the ranks hold bit-identical
+  states -- with the closed-form gradient, Pyro's trace, control variates, the full-data path,
+  Gibbs blocks, inside ``pyro.infer.MCMC`` and ``ResumableMCMC``;
+* chains across processes: bit-identical to the same chains in one process;
+* a rank killed mid-run: the other rank stops with a clear error, and the checkpoint resumes the
+  run to the draws of an uninterrupted one.
+
+Each launch of two ranks costs about 3 s of interpreter and torch start-up.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import distributed_scenarios as scenarios
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from pyro_sgmcmc import SGHMC, CheckpointError, init_distributed, run_chains
+from pyro_sgmcmc.engine.distributed import (
+    DataParallelGradient,
+    rank_path,
+    share_bounds,
+    state_fingerprint,
+)
+from pyro_sgmcmc.engine.estimators import MinibatchGradient
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULE_SCENARIOS = ["data_mlp", "data_trace", "data_control_variate", "data_mcmc", "chains_mlp",
+                    "diverging_ranks", "mismatched_ranks"]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> Path:
+    """One launch of two gloo ranks running every scenario of this module."""
+    out = tmp_path_factory.mktemp("ranks")
+    codes = scenarios.launch(out, MODULE_SCENARIOS)
+    # the two scenarios that must fail make both ranks exit with status 1
+    assert codes == [1, 1], (out / "stderr.rank0.txt").read_text()[-3000:]
+    return out
+
+
+def rank_outputs(out: Path, name: str) -> list[dict[str, torch.Tensor]]:
+    return [torch.load(out / f"{name}.rank{rank}.pt") for rank in range(2)]
+
+
+def assert_close_to_one_process(out: Path, name: str) -> None:
+    reference = scenarios.SCENARIOS[name](False)
+    by_rank = rank_outputs(out, name)
+    for key, expected in reference.items():
+        assert torch.equal(by_rank[0][key], by_rank[1][key]), f"ranks differ on {key}"
+        torch.testing.assert_close(by_rank[0][key], expected, rtol=1e-10, atol=1e-10, msg=key)
+
+
+# --------------------------------------------------------------------------- two processes
+@pytest.mark.parametrize("name", ["data_mlp", "data_trace", "data_control_variate", "data_mcmc"])
+def test_data_parallel_chain_equals_one_process_chain(two_ranks, name):
+    assert_close_to_one_process(two_ranks, name)
+
+
+def test_data_parallel_chain_moves(two_ranks):
+    """The comparison above is not between two chains that stand still."""
+    draws = rank_outputs(two_ranks, "data_mlp")[0]["layers.0.weight"]
+    assert float((draws[:, 1:] - draws[:, :-1]).abs().min()) > 0
+
+
+def test_chains_across_ranks_equal_one_process_bit_for_bit(two_ranks):
+    reference = scenarios.chains_mlp(False)
+    for output in rank_outputs(two_ranks, "chains_mlp"):
+        assert set(output) == set(reference)
+        for key, expected in reference.items():
+            assert torch.equal(output[key], expected), key
+
+
+def test_ranks_started_differently_are_refused_on_every_rank(two_ranks):
+    for rank in range(2):
+        message = (two_ranks / f"mismatched_ranks.rank{rank}.error").read_text()
+        assert message.startswith("DistributedRunError")
+        assert "setting seed: rank 0 '7', rank 1 '8'" in message
+
+
+def test_ranks_whose_states_part_are_stopped_on_every_rank(two_ranks):
+    for rank in range(2):
+        message = (two_ranks / f"diverging_ranks.rank{rank}.error").read_text()
+        assert "hold different states" in message and "same data, settings and seed" in message
+
+
+def _crash_and_resume(tmp_path: Path, name: str) -> None:
+    codes = scenarios.launch(tmp_path, [name])
+    assert codes[1] == -9  # killed by SIGKILL after its third kept draw
+    assert codes[0] == 1
+    message = (tmp_path / f"{name}.rank0.error").read_text()
+    assert message.startswith("DistributedRunError: rank 0 of 2:")
+    assert "Another rank has exited" in message and "resume_from" in message
+    assert scenarios.launch(tmp_path, [f"{name}:resume"]) == [0, 0]
+    reference = scenarios.SCENARIOS[name](False)
+    for output in rank_outputs(tmp_path, f"{name}:resume"):
+        for key, expected in reference.items():
+            torch.testing.assert_close(output[key], expected, rtol=1e-10, atol=1e-10, msg=key)
+
+
+def test_killed_rank_stops_data_parallel_run_and_checkpoint_resumes(tmp_path):
+    _crash_and_resume(tmp_path, "crash_data")
+    assert (tmp_path / "run.ckpt").exists()  # rank 0's, read by both ranks to resume
+
+
+@pytest.mark.slow
+def test_killed_rank_stops_chains_run_and_checkpoints_resume(tmp_path):
+    _crash_and_resume(tmp_path, "crash_chains")
+    assert {p.name for p in tmp_path.glob("run.rank*.ckpt")} == {"run.rank0.ckpt",
+                                                                 "run.rank1.ckpt"}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not installed")
+def test_torchrun_stops_the_other_rank_with_an_error_and_a_checkpoint(tmp_path):
+    """Under torchrun a killed rank makes the launcher send SIGTERM to the others: they finish
+    the draw, write their checkpoint and stop with DistributedRunError (or, if they were done,
+    fail at the gather); the checkpoints resume the run."""
+    script = str(ROOT / "tests" / "distributed_scenarios.py")
+    command = [
+        "torchrun",
+        "--standalone",
+        "--nproc-per-node=2",
+        script,
+        str(tmp_path),
+        "crash_chains",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode != 0
+    message = (tmp_path / "crash_chains.rank0.error").read_text()
+    assert message.startswith("DistributedRunError: rank 0 of 2:")
+    assert "stopped by SIGTERM" in message or "gathering the draws" in message
+    assert scenarios.launch(tmp_path, ["crash_chains:resume"]) == [0, 0]
+    reference = scenarios.crash_chains(False)
+    output = torch.load(tmp_path / "crash_chains:resume.rank0.pt")
+    for key, expected in reference.items():
+        assert torch.equal(output[key], expected), key
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not installed")
+def test_example_script_under_torchrun(tmp_path):
+    """The documented launch: ``torchrun --nproc-per-node=2 examples/distributed_sampling.py``."""
+    for mode in ("data", "chains"):
+        command = ["torchrun", "--standalone", "--nproc-per-node=2",
+                   str(ROOT / "examples" / "distributed_sampling.py"), "--mode", mode, "--smoke",
+                   "--out", str(tmp_path / f"{mode}.nc")]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "max R-hat" in done.stdout and (tmp_path / f"{mode}.nc").exists()
+
+
+# --------------------------------------------------------------------------- one process
+def test_share_bounds_are_contiguous_and_even():
+    for count in range(1, 30):
+        for parts in range(1, count + 1):
+            bounds = share_bounds(count, parts)
+            sizes = [b - a for a, b in itertools.pairwise(bounds)]
+            assert bounds[0] == 0 and bounds[-1] == count
+            assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+            assert sizes == sorted(sizes, reverse=True)
+
+
+def test_state_fingerprint_ignores_summation_order_and_sees_every_bit():
+    generator = torch.Generator().manual_seed(0)
+    flat = torch.randn(3, 1000, generator=generator)
+    fixed = {"tau": torch.rand(3, 2, generator=generator, dtype=torch.float64)}
+    base = state_fingerprint(flat, fixed, 16777213)
+    flipped = flat.clone()
+    flipped.view(torch.int32)[1, 17] ^= 1  # the last bit of one coordinate of chain 1
+    changed = state_fingerprint(flipped, fixed, 16777213)
+    assert torch.equal(changed != base, torch.tensor([False, True, False]))
+    negated = flat.clone()
+    negated[2, 5] = -negated[2, 5]
+    assert bool(state_fingerprint(negated, fixed, 16777213)[2] != base[2])
+    permuted = flat[:, torch.randperm(1000, generator=generator)]
+    assert torch.equal(state_fingerprint(permuted, fixed, 16777213), base)
+
+
+def test_data_parallel_and_distribute_chains_need_a_process_group():
+    model, data = scenarios.mlp_data()
+    with pytest.raises(RuntimeError, match=r"data_parallel=True needs torch\.distributed.*torchr"):
+        run_chains(SGHMC(model, step_size=1e-3, data_parallel=True), *data, num_chains=1)
+    with pytest.raises(RuntimeError, match=r"distribute_chains=True needs torch\.distributed"):
+        run_chains(SGHMC(model, step_size=1e-3), *data, num_chains=2, distribute_chains=True)
+
+
+def test_bad_flags_are_refused_by_name():
+    model, data = scenarios.mlp_data()
+    with pytest.raises(TypeError, match="data_parallel must be True or False"):
+        SGHMC(model, data_parallel="yes")
+    with pytest.raises(TypeError, match="distribute_chains must be True or False"):
+        run_chains(SGHMC(model, step_size=1e-3), *data, distribute_chains=1)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        init_distributed("mpi")
+
+
+def test_init_distributed_says_how_to_launch(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(RuntimeError, match="RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT are not"):
+        init_distributed("gloo")
+
+
+@pytest.fixture
+def one_rank():
+    """A process group of one rank (gloo, in memory) for this test only."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_one_rank_is_bit_identical_to_no_group(one_rank):
+    for name in ("data_mlp", "chains_mlp"):
+        distributed, plain = scenarios.SCENARIOS[name](True), scenarios.SCENARIOS[name](False)
+        for key, expected in plain.items():
+            assert torch.equal(distributed[key], expected), (name, key)
+
+
+def test_data_parallel_refuses_mixing_and_other_world_sizes(one_rank, tmp_path):
+    model, data = scenarios.mlp_data()
+    kernel = SGHMC(model, step_size=1e-3, batch_size=10, data_parallel=True)
+    with pytest.raises(ValueError, match="data_parallel=True, which runs the same chains"):
+        run_chains(kernel, *data, num_chains=1, distribute_chains=True)
+    wrapper = DataParallelGradient(MinibatchGradient(None), num_data=40, batch_size=10)
+    with pytest.raises(CheckpointError, match=r"on 2 rank.*this run has 1.*resume on 2"):
+        wrapper.load_state_dict({"inner": {}, "world_size": 2})
+    assert rank_path(tmp_path / "run.ckpt") == tmp_path / "run.rank0.ckpt"
+
+
+def test_a_forked_child_of_a_rank_is_refused(one_rank):
+    """pyro.infer.MCMC's parallel chains fork: the child cannot join the rank's collectives."""
+    context = multiprocessing.get_context("fork")
+    messages = context.Queue()
+
+    def child():
+        try:
+            DataParallelGradient(MinibatchGradient(None), num_data=40, batch_size=10)
+        except RuntimeError as error:
+            messages.put(str(error))
+        else:
+            messages.put("accepted")
+
+    process = context.Process(target=child)
+    process.start()
+    process.join(60)
+    assert "forked from a rank" in messages.get(timeout=5)
+
+
+def test_cli_and_comparison_refuse_distributed_non_sgmcmc_methods():
+    from pyro_sgmcmc.cli import main
+    from pyro_sgmcmc.compare import CompareConfig
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sample", "nuts", "--distributed", "data"])
+    assert exit_info.value.code == 2
+    with pytest.raises(ValueError, match=r"distributed runs the SG-MCMC methods.*nuts"):
+        CompareConfig(methods=("sghmc", "nuts"), distributed="chains", out=None)
+    with pytest.raises(ValueError, match="distributed must be None, 'data' or 'chains'"):
+        CompareConfig(methods=("sghmc",), distributed="model", out=None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not installed")
+def test_cli_sample_under_torchrun(tmp_path):
+    """``torchrun -m pyro_sgmcmc sample sghmc --distributed MODE``: rank 0 writes the file, and
+    both modes give the same chains (data parallel up to rounding)."""
+    import arviz as az
+
+    posteriors = {}
+    for mode in ("data", "chains"):
+        output = tmp_path / f"{mode}.nc"
+        command = ["torchrun", "--standalone", "--nproc-per-node=2", "-m", "pyro_sgmcmc",
+                   "sample", "sghmc", "--distributed", mode, "--num-samples", "5", "--warmup",
+                   "5", "--chains", "2", "--sghmc-lr", "0.01", "--no-progress", "-o",
+                   str(output)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        posteriors[mode] = az.from_netcdf(output).posterior
+    for name, values in posteriors["chains"].data_vars.items():  # float32: rounding grows
+        np.testing.assert_allclose(
+            posteriors["data"][name].values, values.values, rtol=1e-4, atol=1e-5
+        )
+
+
+# --------------------------------------------------------------------------- devices
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+        ],
+    ),
+]
+
+
+def on_device(device: str):
+    model, (x, y) = scenarios.mlp_data()
+    return model.to(device), x.to(device), y.to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernels_and_run_chains_on_the_data_device(device):
+    """Model, data, generators and chains on ``device``; MCMC's chain equals run_chains' chain
+    0 there too; a divergence (put back on the device) does not break the run."""
+    from pyro.infer import MCMC
+
+    model, x, y = on_device(device)
+    result = run_chains(scenarios.sghmc(model, False), x, y, num_chains=2, num_samples=4)
+    assert all(value.device.type == device for value in result.samples.values())
+    mcmc = MCMC(scenarios.sghmc(model, False), num_samples=4, warmup_steps=0,
+                disable_progbar=True)  # fmt: skip
+    mcmc.run(x, y)
+    for name, draws in mcmc.get_samples(group_by_chain=True).items():
+        assert torch.equal(draws[0], result.samples[name][0]), name
+
+    def spike(t):
+        return 1e300 if t == 5 else 1e-3
+
+    diverging = run_chains(scenarios.sghmc(model, False, step_size=spike), x, y, num_chains=2,
+                           num_samples=4)  # fmt: skip
+    assert diverging.sample_stats["diverging"].any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_export_predictive_and_svi_on_the_data_device(device):
+    from pyro_sgmcmc import fit_svi, posterior_predictive, to_inference_data
+
+    model, x, y = on_device(device)
+    result = run_chains(scenarios.sghmc(model, False), x, y, num_chains=2, num_samples=4)
+    idata = to_inference_data(result, model, x, y, test=(x[:10], y[:10]))
+    assert idata.log_likelihood["obs"].shape[:2] == (2, 4)
+    prediction = posterior_predictive(model, result.get_samples(), x[:10], y[:10])
+    assert prediction.mean.device.type == device and bool(torch.isfinite(prediction.mean).all())
+    fit = fit_svi(model, x, y, num_steps=20, batch_size=10, progress_bar=False)
+    assert fit.losses.shape == (1, 20)
+    draws = fit.sample_posterior(3)
+    assert all(value.device.type == device for value in draws.values())

@@ -1,0 +1,183 @@
+"""The functional path (one light handler, chains vectorised) equals Pyro's trace path."""
+
+from __future__ import annotations
+
+import warnings
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer.mcmc.util import initialize_model
+from pyro_tutorial_models import (
+    BayesianRegression,
+    DocsBNN,
+    WeightsInsidePlate,
+    binary_data,
+    classification_data,
+    grouped_data,
+    logistic_regression,
+    regression_data,
+    varying_intercepts,
+)
+
+from pyro_sgmcmc.engine.layout import FlatLayout
+from pyro_sgmcmc.errors import SamplerWarning
+from pyro_sgmcmc.functional_potential import FunctionalPotential, LogDensity
+from pyro_sgmcmc.model_structure import inspect_model
+from pyro_sgmcmc.nn import BayesianMLP
+from pyro_sgmcmc.potentials import TracePotential, make_potential
+
+
+@pytest.fixture
+def float64():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def _cases():
+    return {
+        "regression (a)": lambda: (BayesianRegression(3), regression_data()),
+        "weights inside the plate (a)": lambda: (WeightsInsidePlate(3), regression_data()),
+        "docs BNN (a)": lambda: (DocsBNN(3, 8, 3), classification_data()),
+        "logistic, subsample_size (c)": lambda: (logistic_regression, binary_data()),
+        "varying intercepts (b)": lambda: (varying_intercepts, grouped_data()),
+        "BayesianMLP": lambda: (
+            BayesianMLP(3, [8], 1),
+            regression_data(),
+        ),
+    }
+
+
+def _setup(model, data, num_chains, seed=0):
+    """Both potentials of ``model`` and ``num_chains`` different starts (float64)."""
+    structure = inspect_model(model, data, {})
+    model = structure.model
+    setup = structure.plate.bind_for_setup(model, data, {})
+    starts = []
+    for c in range(num_chains):
+        pyro.set_rng_seed(seed + c)
+        initial, _, transforms, _ = initialize_model(setup[0], setup[1], setup[2])
+        starts.append(initial)
+    start = {name: torch.stack([s[name] for s in starts]) for name in structure.latent_sites}
+    layout = FlatLayout({name: value.shape[1:] for name, value in start.items()})
+    base = (transforms, layout, structure.num_data)
+    trace = TracePotential(model, data, {}, *base, plate=structure.plate)
+    functional = FunctionalPotential(
+        model, data, {}, *base, plate=structure.plate, sites=structure.sample_sites
+    )
+    return structure, trace, functional, layout.flatten(start)
+
+
+def _rows(structure, num_chains, size, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.stack(
+        [torch.randperm(structure.num_data, generator=generator)[:size] for _ in range(num_chains)]
+    )
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+@pytest.mark.parametrize("vectorized", [True, False], ids=["vmap", "per-chain"])
+def test_functional_equals_trace_value_and_gradient(float64, case, vectorized):
+    model, data = _cases()[case]()
+    data = tuple(d.double() if d.is_floating_point() else d for d in data if torch.is_tensor(d))
+    if case.startswith("varying"):
+        data = (data[0], 8, data[1])
+    structure, trace, functional, flat = _setup(model, data, num_chains=3)
+    functional.vectorized = vectorized
+    size = structure.plate.subsample_size or 20
+    rows = _rows(structure, 3, size)
+    value_t, grad_t = trace.value_and_grad(flat, {}, rows)
+    value_f, grad_f = functional.value_and_grad(flat, {}, rows)
+    assert value_f.dtype == torch.float64
+    torch.testing.assert_close(value_f, value_t, rtol=1e-10, atol=1e-8)
+    torch.testing.assert_close(grad_f, grad_t, rtol=1e-10, atol=1e-8)
+    assert functional.vectorized == vectorized  # the vmap path was not given up
+    assert functional.fallback is None
+
+
+def test_functional_is_what_auto_picks_for_a_pyro_module():
+    model, data = BayesianRegression(3), regression_data()
+    structure = inspect_model(model, data, {})
+    _, trace, _, flat = _setup(model, data, num_chains=2)
+    chosen = make_potential(
+        "auto", structure.model, data, {}, trace.transforms, trace.layout, structure.plate,
+        trace.layout.unflatten(flat), structure.sample_sites,
+    )  # fmt: skip
+    assert isinstance(chosen, FunctionalPotential)
+
+
+def test_full_data_in_chunks_equals_the_whole(float64):
+    model, data = BayesianRegression(3), tuple(d.double() for d in regression_data(n=50))
+    _, trace, functional, flat = _setup(model, data, num_chains=2)
+    whole = trace.value_and_grad(flat, {}, None)
+    chunked = functional.full_data_value_and_grad(flat, {}, chunk_size=16)
+    torch.testing.assert_close(chunked[0], whole[0])
+    torch.testing.assert_close(chunked[1], whole[1])
+
+
+def test_subsampling_plate_with_fewer_rows_is_a_smaller_plate(float64):
+    """Rows padded to the model's subsample_size and masked equal a plate of those rows."""
+    x, y = (d.double() for d in binary_data(n=60))
+    _, _, functional, flat = _setup(logistic_regression, (x, y), num_chains=2)
+    rows = torch.tensor([[3, 7, 11], [0, 1, 59]])
+    value, _ = functional.value_and_grad(flat, {}, rows)
+    params = functional.layout.unflatten(flat)
+    for c in range(2):
+        w, b = params["w"][c], params["b"][c]
+        logits = x[rows[c]] @ w + b
+        expected = (
+            dist.Normal(0.0, 1.0).log_prob(w).sum()
+            + dist.Normal(0.0, 1.0).log_prob(b)
+            + 60 / 3 * dist.Bernoulli(logits=logits).log_prob(y[rows[c]]).sum()
+        )
+        torch.testing.assert_close(value[c], -expected)
+
+
+def _changing_structure(x, y=None):
+    mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+    if float(mu.detach().abs()) > 10.0:  # never while sampling, but the code path exists
+        pyro.sample("extra", dist.Normal(0.0, 1.0), obs=torch.tensor(0.5))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(mu * x, 1.0), obs=y)
+
+
+def test_a_model_whose_structure_changes_falls_back_to_the_trace_path():
+    x, y = torch.randn(40), torch.randn(40)
+    structure, trace, functional, flat = _setup(_changing_structure, (x, y), num_chains=2)
+    rows = _rows(structure, 2, 10)
+    functional.value_and_grad(flat, {}, rows)
+    assert functional.vectorized is False  # Python control flow on a value: one call per chain
+    far = torch.full_like(flat, 20.0)
+    with pytest.warns(SamplerWarning, match="structure changes between calls.*trace path"):
+        value, _ = functional.value_and_grad(far, {}, rows)
+    assert functional.fallback is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the notice is given once
+        functional.value_and_grad(flat, {}, rows)
+    torch.testing.assert_close(value, trace.value_and_grad(far, {}, rows)[0])
+
+
+def test_log_density_weights_like_pyro():
+    """One handler's total equals the trace's log_prob_sum, scale and mask included."""
+
+    def model(y):
+        mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+        with (
+            pyro.plate("data", 6, subsample_size=3) as idx,
+            pyro.poutine.mask(mask=torch.tensor([True, False, True])),
+        ):
+            pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+
+    y = torch.randn(6)
+    structure = inspect_model(model, (y,), {})
+    rows = torch.tensor([1, 4, 5])
+    mu = torch.tensor(0.3)
+    handler = LogDensity({"mu": mu}, structure.plate, rows)
+    with handler:
+        model(y)
+    conditioned = pyro.poutine.condition(model, data={"mu": mu, "data": rows})
+    expected = pyro.poutine.trace(conditioned).get_trace(y).log_prob_sum()
+    torch.testing.assert_close(handler.total, expected)
