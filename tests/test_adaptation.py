@@ -27,7 +27,7 @@ from stats_helpers import (
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, run_chains
 from pyro_sgmcmc.engine.adaptation import MINIMUM_WARMUP_STEPS
-from pyro_sgmcmc.errors import SamplerWarning
+from pyro_sgmcmc.errors import SamplerDivergedError, SamplerWarning
 
 KERNELS = {"sgld": SGLD, "sghmc": SGHMC, "psgld": PSGLD}
 
@@ -146,3 +146,40 @@ def test_constant_sgd_optimal_rate_is_clipped_to_a_stable_rate(preconditioner):
     assert not mcmc.diagnostics()["divergences"]["chain 0"]
     assert abs(float(draws["sigma"].mean()) - 0.53) < 0.05
     assert float(draws["linear.weight"].std(0).max()) < 0.2
+
+
+# step sizes that sample the conjugate regression (N = 1000) well within a few hundred steps;
+# 10x to 1000x too large below
+GOOD_STEPS = {"sgld": 4e-6, "sghmc": 4e-7, "psgld": 3e-5}
+
+
+@pytest.mark.parametrize("driver", ["mcmc", "run_chains"])
+@pytest.mark.parametrize("factor", [10, 100, 1000])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_a_step_too_large_by_hand_is_never_silent_garbage(name, factor, driver):
+    """Either the draws are still near the posterior (within 10 posterior sds), or the run says
+    so: a ``SamplerDivergedError``, recorded divergences, or a ``SamplerWarning``."""
+    x, y = regression_data(n=1000, d=5)
+    model = ConjugateLinearRegression()
+    mean, cov = model.posterior(x, y)
+    kernel = KERNELS[name](model, step_size=factor * GOOD_STEPS[name], batch_size=100, seed=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if driver == "mcmc":
+                mcmc = MCMC(kernel, num_samples=100, warmup_steps=300, disable_progbar=True)
+                mcmc.run(x, y)
+                draws = mcmc.get_samples()["w"]
+                diverged = bool(mcmc.diagnostics()["divergences"]["chain 0"])
+            else:
+                result = run_chains(kernel, x, y, num_chains=2, num_samples=100,
+                                    warmup_steps=300)  # fmt: skip
+                draws = result.samples["w"].reshape(-1, 5)
+                diverged = bool(result.sample_stats["diverging"].any())
+        except SamplerDivergedError:
+            return
+    warned = any(issubclass(w.category, SamplerWarning) for w in caught)
+    if diverged or warned:
+        return
+    error = (draws.double().mean(0).numpy() - mean) / np.sqrt(np.diag(cov))
+    assert np.abs(error).max() < 10, f"silent garbage: {error} posterior sds off"

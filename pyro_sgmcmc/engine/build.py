@@ -113,7 +113,8 @@ class PreparedChains:
         the kept unconstrained draws, ``(C, S, ...)`` per site)."""
         engine = self.engine
         # constant SGD has no temperature to compare with: its spread is Mandt et al.'s
-        virial = engine.virial.estimate() if engine.algorithm.uses_temperature else None
+        found = engine.virial.estimate() if engine.algorithm.uses_temperature else None
+        virial = None if found is None else (*found, engine.virial.too_hot(engine.temperature))
         return check_draws(draws, virial, engine.temperature, engine.monitor.chain_ids)
 
     def constrain(self, values: Mapping[str, torch.Tensor]) -> TensorDict:
@@ -210,7 +211,7 @@ def prepare_chains(
             len(seeds),
             settings.max_consecutive_divergences,
             algorithm.label,
-            BlowUpDetector(len(seeds)),
+            BlowUpDetector(len(seeds), dimension=layout.dimension),
             [int(c) for c in chains],
         ),
         num_data=structure.num_data,

@@ -11,6 +11,7 @@ mark it, and raises :class:`~pyro_sgmcmc.SamplerDivergedError` when a chain dive
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,9 +26,13 @@ __all__ = ["RUNAWAY", "RUNAWAY_GROWTH", "BlowUpDetector", "DivergenceMonitor"]
 #: coordinate), and ``RUNAWAY_GROWTH`` times the chain's running level, is a runaway (see
 #: :meth:`DivergenceMonitor.check`).
 RUNAWAY, RUNAWAY_GROWTH = 200.0, 25.0
+#: ... while the potential rose by more than this many typical deviations above its level.
+RUNAWAY_RISE = 2.0
 #: Before the blow-up detector has a scale, a rise of the potential by more than this multiple
 #: of its level is a blow-up.
 BURN_IN_GROWTH = 100.0
+#: ... and, above the lowest potential seen, by more than this many nats per coordinate.
+TYPICAL_SET_MARGIN = 50.0
 
 
 class BlowUpDetector:
@@ -48,7 +53,10 @@ class BlowUpDetector:
     Comparing with the level rather than with the last value means that one lucky minibatch
     cannot make every later one look like a jump. Over the first ``burn_in`` steps, which set
     the scale, only a rise by more than ``BURN_IN_GROWTH`` times :math:`|m_t|` (and at least
-    ``minimum_jump``) is a blow-up: a first step far too large for the model.
+    ``minimum_jump``) is a blow-up: a first step far too large for the model. At every step, a
+    rise above the lowest accepted potential :math:`U_{\min}` by more than
+    ``BURN_IN_GROWTH`` :math:`|U_{\min}|` and ``TYPICAL_SET_MARGIN`` nats per coordinate is
+    one too: an oscillation that grows slowly enough for the running level to follow it.
     """
 
     def __init__(
@@ -59,24 +67,36 @@ class BlowUpDetector:
         minimum_jump: float = 1000.0,
         decay: float = 0.95,
         burn_in: int = 10,
+        dimension: int = 1,
     ) -> None:
         self.factor, self.minimum_jump = factor, minimum_jump
         self.decay, self.burn_in = decay, burn_in
+        self.dimension = dimension
         self.level = torch.zeros(num_chains, dtype=torch.float64)
         self.spread = torch.zeros(num_chains, dtype=torch.float64)
+        self.lowest = torch.full((num_chains,), math.inf, dtype=torch.float64)
         self.count = 0
         self.pending_rebase = False
 
     def blown_up(self, value: torch.Tensor) -> torch.Tensor:
         """``(C,)`` mask of chains whose new potential ``value`` is a blow-up."""
-        rise = value.detach().double().cpu() - self.level
+        value = value.detach().double().cpu()
         if self.count == 0:
             return torch.zeros_like(self.level, dtype=torch.bool)
+        growth = self._grown(value, self.lowest)
         if self.count < self.burn_in:
             # no scale yet: only a rise by orders of magnitude (a far too large first step)
-            jump = (BURN_IN_GROWTH * self.level.abs()).clamp_min(self.minimum_jump)
-            return rise > jump
-        return self.exceeds(rise)
+            return growth | self._grown(value, self.level)
+        return growth | self.exceeds(value - self.level)
+
+    def _grown(self, value: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        r"""A rise above ``base`` by more than ``BURN_IN_GROWTH`` times its size and
+        ``TYPICAL_SET_MARGIN`` nats per coordinate (far beyond the typical set's
+        :math:`D/2 \pm \sqrt{D/2}` above a mode): a slow, growing oscillation that the running
+        level would follow."""
+        floor = max(self.minimum_jump, TYPICAL_SET_MARGIN * self.dimension)
+        jump = (BURN_IN_GROWTH * base.abs()).clamp_min(floor)
+        return torch.isfinite(base) & (value - base > jump)
 
     def exceeds(self, rise: torch.Tensor) -> torch.Tensor:
         """``(C,)`` mask of rises of the potential beyond the blow-up threshold."""
@@ -93,10 +113,13 @@ class BlowUpDetector:
         if self.pending_rebase:
             keep = torch.ones_like(self.level, dtype=torch.bool) if chains is None else chains
             self.level = torch.where(keep.cpu(), value, self.level)
+            self.lowest = torch.where(keep.cpu(), value, self.lowest)
             self.pending_rebase = False
             return
         if self.count == 0:
             self.level = value.clone()
+        self.lowest = torch.minimum(self.lowest, value if chains is None else
+                                    torch.where(chains.cpu(), value, self.lowest))  # fmt: skip
         weight = 1.0 / (self.count + 1) if self.count < self.burn_in else 1.0 - self.decay
         spread = self.spread + weight * ((value - self.level).abs() - self.spread)
         level = self.level + weight * (value - self.level)
@@ -112,12 +135,14 @@ class BlowUpDetector:
         return {
             "level": self.level,
             "spread": self.spread,
+            "lowest": self.lowest,
             "count": self.count,
             "pending_rebase": self.pending_rebase,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.level, self.spread, self.count = state["level"], state["spread"], state["count"]
+        self.lowest = state.get("lowest", torch.full_like(self.level, math.inf))
         self.pending_rebase = state["pending_rebase"]
 
 
@@ -167,6 +192,17 @@ class DivergenceMonitor:
         total = value + grad.sum(1) + position.sum(1)
         return ~torch.isfinite(total).cpu()
 
+    def _rising(self, value: torch.Tensor) -> torch.Tensor:
+        """``(C,)`` mask of chains whose potential is more than :data:`RUNAWAY_RISE` typical
+        deviations above its running level (all chains before the blow-up detector has a
+        scale): a large move that leaves the potential where it was is the tail of the
+        momentum's distribution, not an unstable step."""
+        detector = self.blow_up
+        if detector is None or detector.count < detector.burn_in:
+            return torch.ones(value.shape[0], dtype=torch.bool)
+        rise = value.detach().double().cpu() - detector.level
+        return rise > RUNAWAY_RISE * detector.spread
+
     def _update_move_level(self, largest: torch.Tensor, accepted: torch.Tensor) -> None:
         """Running level (geometric mean over about ten steps) of the largest move ratio."""
         log = largest.clamp_min(1e-30).log()
@@ -199,7 +235,9 @@ class DivergenceMonitor:
         :data:`RUNAWAY_GROWTH` times the chain's running level of that largest ratio. At
         equilibrium the largest of ``D`` such ratios is about :math:`2 \log D`, far below 200;
         far from equilibrium the drift dominates and the ratio is large but steady, which the
-        running level absorbs; a growing oscillation multiplies it within a few steps.
+        running level absorbs; a growing oscillation multiplies it within a few steps. Once the
+        blow-up detector has a scale, the potential must also have risen
+        (:data:`RUNAWAY_RISE` typical deviations above its level).
 
         ``rebase`` (the step also redrew the Gibbs-updated sites, which shifts the potential by
         an exact conditional draw) skips the blow-up test for this step and restarts the
@@ -215,7 +253,7 @@ class DivergenceMonitor:
             ratio = move.square() / move_variance
             largest = ratio.amax(1).detach().double().cpu()
             limit = (RUNAWAY_GROWTH * self.move_level).clamp_min(RUNAWAY)
-            runaway = (largest > limit) & ~bad & (self.move_count > 0)
+            runaway = (largest > limit) & ~bad & (self.move_count > 0) & self._rising(value)
             self._update_move_level(largest, ~(bad | runaway))
             if bool(runaway.any()):
                 self.runaway = ratio > limit.to(ratio.device, ratio.dtype).reshape(-1, 1)

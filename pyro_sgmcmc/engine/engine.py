@@ -71,15 +71,17 @@ class DrawStats:
 
 def select_chains(chains: torch.Tensor, when_true: Any, when_false: Any) -> Any:
     """Per chain, ``when_true`` where the ``(C,)`` mask is set, else ``when_false``: tensors with a
-    leading chain axis, dicts and named tuples of them (other values: ``when_false``'s)."""
+    leading chain axis, dicts and named tuples of them (other values: ``when_false``'s). A part
+    that ``when_true`` does not have yet (``None``: a statistic set up by the step being undone)
+    stays unset if every chain is reverted, else the new one is kept for all."""
+    if when_true is None and when_false is not None:
+        return None if bool(chains.all()) else when_false
     if isinstance(when_false, torch.Tensor):
         mask = chains.to(when_false.device).reshape(-1, *([1] * (when_false.dim() - 1)))
         return torch.where(mask, when_true, when_false)
     if isinstance(when_false, dict):
         return {k: select_chains(chains, when_true[k], v) for k, v in when_false.items()}
     if isinstance(when_false, tuple) and hasattr(when_false, "_fields"):
-        if when_true is None:
-            return when_false
         return type(when_false)(
             *(select_chains(chains, a, b) for a, b in zip(when_true, when_false, strict=True))
         )

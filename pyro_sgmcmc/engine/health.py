@@ -39,7 +39,7 @@ def warn_all(messages: list[str], stacklevel: int = 3) -> None:
 
 def check_draws(
     draws: Mapping[str, torch.Tensor],
-    virial: tuple[torch.Tensor, torch.Tensor] | None,
+    virial: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
     temperature: float,
     chain_ids: list[int],
 ) -> list[str]:
@@ -50,7 +50,9 @@ def check_draws(
     draws:
         Kept draws, ``(C, S, ...)`` per site (unconstrained).
     virial:
-        The sampling phase's configurational temperatures and standard errors, ``(C,)`` each.
+        The sampling phase's configurational temperatures, their standard errors, and the mask
+        of chains too hot (:meth:`~pyro_sgmcmc.engine.virial.VirialMeter.too_hot`), ``(C,)``
+        each.
     temperature:
         The chains' target temperature :math:`T`.
     chain_ids:
@@ -71,8 +73,7 @@ def check_draws(
                 "or every step diverged"
             )
     if virial is not None:
-        value, error = virial
-        hot = value - 1.5 * temperature > 4.0 * error
+        value, error, hot = virial
         for index in hot.nonzero().flatten().tolist():
             messages.append(
                 f"chain {chain_ids[index]} samples at a configurational temperature of "

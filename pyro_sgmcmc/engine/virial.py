@@ -31,6 +31,9 @@ import torch
 
 __all__ = ["VirialMeter"]
 
+#: A chain all of whose batch means exceed this many times the allowed temperature is too hot.
+FAR_TOO_HOT = 5.0
+
 
 class VirialMeter:
     """Running configurational temperature of ``C`` chains.
@@ -82,7 +85,12 @@ class VirialMeter:
         if found is None:
             return None
         value, error = found
-        return value - (1.0 + margin) * temperature > 4.0 * error
+        batches = len(self.values) // self.batch
+        means = torch.stack(self.values[: batches * self.batch]).reshape(batches, self.batch, -1)
+        # every batch mean far above T: too hot however noisy the batch means are (a chain
+        # whose oscillation grows has batch means that differ by orders of magnitude)
+        far = (means.mean(1) > FAR_TOO_HOT * (1.0 + margin) * temperature).all(0)
+        return (value - (1.0 + margin) * temperature > 4.0 * error) | far
 
     def state_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "values": list(self.values), "calls": self.calls}
