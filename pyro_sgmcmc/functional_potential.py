@@ -20,14 +20,17 @@ between calls. Its values and gradients equal the trace path's (tested).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyro
+import pyro.distributions as dist
 import torch
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.subsample_messenger import _Subsample
+from torch.distributions import Independent, Normal
 
 from .errors import SamplerWarning
 from .model_structure import DataPlate
@@ -114,7 +117,7 @@ class LogDensity(Messenger):
         self.total = self.total + self._weighted_log_prob(msg)
 
     def _weighted_log_prob(self, msg: dict[str, Any]) -> torch.Tensor:
-        log_prob = msg["fn"].log_prob(msg["value"])
+        log_prob = site_log_prob(msg["fn"], msg["value"])
         mask, scale = msg["mask"], msg["scale"]
         frame = next((f for f in msg["cond_indep_stack"] if f.name == self.plate.name), None)
         if frame is not None:
@@ -264,3 +267,39 @@ class FunctionalPotential(Potential):
             self.num_data,
             plate=self.plate,
         )
+
+
+_HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
+
+
+def site_log_prob(fn: Any, value: torch.Tensor) -> torch.Tensor:
+    r"""``fn.log_prob(value)`` without argument validation (the drivers check values and data
+    once, not per step), and for a ``Normal`` prior whose ``loc`` and ``scale`` are one number
+    expanded to the site's shape (``dist.Normal(0, s).expand(shape)``, the usual ``PyroSample``
+    prior) evaluated with those numbers, :math:`-\tfrac12 ((v - \mu)/s)^2 - \log s -
+    \tfrac12 \log 2\pi`: the same values, without materialising ``scale ** 2`` and
+    ``log(scale)`` over every weight."""
+    events = 0
+    base = fn
+    while isinstance(base, Independent):
+        events += base.reinterpreted_batch_ndims
+        base = base.base_dist
+    if (
+        type(base) in (Normal, dist.Normal)
+        and _is_expanded_number(base.loc)
+        and _is_expanded_number(base.scale)
+    ):
+        loc, scale = base.loc.reshape(-1)[0], base.scale.reshape(-1)[0]
+        log_prob = -0.5 * ((value - loc) / scale).square() - (scale.log() + _HALF_LOG_TWO_PI)
+        log_prob = log_prob.expand(torch.broadcast_shapes(log_prob.shape, base.batch_shape))
+        return log_prob.sum(tuple(range(-events, 0))) if events else log_prob
+    validate, fn._validate_args = getattr(fn, "_validate_args", False), False
+    try:
+        return fn.log_prob(value)
+    finally:
+        fn._validate_args = validate
+
+
+def _is_expanded_number(tensor: torch.Tensor) -> bool:
+    """A tensor that is one number broadcast to its shape (every stride zero)."""
+    return torch.is_tensor(tensor) and all(stride == 0 for stride in tensor.stride())

@@ -1,0 +1,427 @@
+"""Workload W5: a Bayesian LeNet-5 written the Pyro way, on Fashion-MNIST, batch 128.
+
+Model: :class:`pyro_sgmcmc.nn.LeNet5`, a ``PyroModule`` whose layers are
+``PyroModule[nn.Conv2d]`` / ``PyroModule[nn.Linear]`` with ``PyroSample`` N(0, 1) priors on every
+weight and bias (61,706 in all) and a ``Categorical`` likelihood in ``pyro.plate("data",
+x.shape[0])``. Data: the Fashion-MNIST training set (60000 images, pixels / 255) and its 10000
+test images (synthetic data of the same shape when the data set is missing); batch 128.
+
+Rows:
+
+* **step time** (``--repeats`` interleaved repeats of ``--steps`` steps, medians):
+
+  - the baseline, a plain torch step on a deterministic LeNet-5 with the same layers: zero_grad,
+    forward, cross-entropy x N/B + the Gaussian prior term 0.5 |w|^2, backward,
+    ``torch.optim.SGD.step``, the minibatch's rows fetched with ``index_select``;
+  - SGHMC through ``pyro.infer.MCMC`` on ``LeNet5`` with the default potential (the package
+    picks its functional potential for such a model), and Pyro's trace path
+    (``potential="trace"``) for reference. Steady state: timed from the first kept draw to the
+    last, 25 gradient steps per draw, a fixed small step (no warm-up).
+
+  Target: SGHMC step <= 1.15 x the plain step.
+
+* **accuracy** of the Bayesian model average on the 10000 test images (accuracy, NLL, ECE with
+  15 bins), within the wall-clock budget ``--budget`` (seconds; everything counted: set-up,
+  warm-up, sampling and the predictive evaluation):
+
+  - SGHMC with the package's defaults, ``SGHMC(LeNet5(), batch_size=128, seed=...)``, no step
+    size (the adaptive warm-up chooses a per-coordinate step; its first half is a noise-free
+    descent, i.e. a MAP warm start), ``--warmup-epochs`` epochs of warm-up, then sampling at
+    temperature ``--temperature`` with ``--draws-per-epoch`` kept draws per epoch until the
+    budget is spent; the predictive is the average softmax over every ``--eval-every``-th kept
+    draw, accumulated as the chain runs (the run is stopped at the deadline from the MCMC hook);
+  - a deterministic LeNet-5 trained with SGD (momentum 0.9, weight decay 1/N = the N(0, 1) prior,
+    cosine-annealed learning rate over the same budget) -- the baseline row;
+  - mean-field VI: ``pyro_sgmcmc.fit_svi(LeNet5(), x, y, batch_size=128)`` (AutoNormal guide),
+    Adam with a cosine-annealed rate, as many steps as fit in the same budget, predictive from
+    ``--svi-draws`` guide draws. ``estimator="flipout"`` (and ``"local_reparameterization"``)
+    are implemented only for ``BayesianMLP``; on a PyroModule with conv layers ``fit_svi``
+    refuses them, so this row uses the reparameterisation estimator.
+
+  Every accuracy row also reports the *refusal of noise images*: the fraction of ``--noise``
+  uniform-noise images (pixels U(0, 1)) whose max predictive probability is < 0.2.
+
+  Targets (10 minutes on 2 cores): SGHMC acc >= 0.915, NLL <= 0.24, ECE <= 0.015 (anchors:
+  deterministic LeNet-5 0.910 / 0.321, mean-field VI 0.895 / 0.292); SVI with Flipout >= 0.895
+  / <= 0.29.
+
+The numbers in ``results/w5_lenet.json`` were taken on **one** core (``taskset -c 0``, one
+torch thread): the workload's 10 minutes on 2 cores are 10 minutes on 1 core here.
+
+Run: ``taskset -c 0 python benchmarks/w5_lenet.py [--budget 600 --steps 200 --repeats 3]``;
+``--quick`` (budget 60 s, 2 warm-up epochs, few timing steps: a smoke test), ``--skip-timing``,
+``--skip-accuracy``, ``--skip-svi``. Writes ``benchmarks/results/w5_lenet.json`` (the quick run
+writes ``w5_lenet_quick.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import pyro
+import torch
+import torch.nn.functional as F
+from _common import load_average, print_table, write_json
+from pyro.infer import MCMC
+from torch import nn
+
+from pyro_sgmcmc import SGHMC, fit_svi, metrics
+from pyro_sgmcmc.nn import LeNet5
+
+STEP_TARGET = 1.15
+TARGETS = {"accuracy": 0.915, "nll": 0.24, "ece": 0.015}
+SVI_TARGETS = {"accuracy": 0.895, "nll": 0.29}
+REFUSAL_THRESHOLD = 0.2
+
+
+class PlainLeNet5(nn.Module):
+    """The deterministic LeNet-5 with the layers (and parameter names) of ``LeNet5``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 6, kernel_size=5, padding=2)
+        self.conv2 = nn.Conv2d(6, 16, kernel_size=5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, 10)
+        self.pool = nn.MaxPool2d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(x.shape[0], 1, 28, 28)
+        h = self.pool(F.relu(self.conv1(x)))
+        h = self.pool(F.relu(self.conv2(h)))
+        h = F.relu(self.fc1(h.flatten(1)))
+        h = F.relu(self.fc2(h))
+        return self.fc3(h)
+
+
+def load():
+    try:
+        from pyro_sgmcmc.datasets import load_dataset
+
+        d = load_dataset("fashion_mnist", seed=0)
+        return (d.x_train.reshape(-1, 784).float(), d.y_train.long(),
+                d.x_test.reshape(-1, 784).float(), d.y_test.long(), "fashion_mnist")  # fmt: skip
+    except Exception:  # fall back to synthetic data of the same shape
+        g = torch.Generator().manual_seed(0)
+        return (torch.rand(60000, 784, generator=g), torch.randint(0, 10, (60000,), generator=g),
+                torch.rand(10000, 784, generator=g), torch.randint(0, 10, (10000,), generator=g),
+                "synthetic")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- step time
+def time_baseline(x, y, batch_size, steps, generator) -> float:
+    n = x.shape[0]
+    net = PlainLeNet5()
+    optimizer = torch.optim.SGD(net.parameters(), lr=1e-7)
+    scale = n / batch_size
+    permutation = torch.randperm(n, generator=generator)
+
+    def step(i: int) -> None:
+        start = (i * batch_size) % (n - batch_size)
+        idx = permutation[start : start + batch_size]
+        optimizer.zero_grad()
+        xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+        loss = F.cross_entropy(net(xb), yb, reduction="sum") * scale
+        loss = loss + 0.5 * sum(p.square().sum() for p in net.parameters())
+        loss.backward()
+        optimizer.step()
+
+    for i in range(20):
+        step(i)
+    start = time.perf_counter()
+    for i in range(steps):
+        step(i)
+    return (time.perf_counter() - start) / steps
+
+
+def time_mcmc(x, y, batch_size, steps, potential) -> float:
+    steps_per_sample = 25
+    draws = max(steps // steps_per_sample, 2) + 1
+    stamps: list[float] = []
+    kernel = SGHMC(LeNet5(), learning_rate=1e-3, batch_size=batch_size,
+                   num_steps_per_sample=steps_per_sample, potential=potential, seed=0)  # fmt: skip
+    mcmc = MCMC(kernel, num_samples=draws, warmup_steps=0, disable_progbar=True,
+                hook_fn=lambda *args: stamps.append(time.perf_counter()))  # fmt: skip
+    mcmc.run(x, y)
+    return (stamps[-1] - stamps[0]) / ((draws - 1) * steps_per_sample)
+
+
+# ---------------------------------------------------------------------------- predictive
+def evaluate(probs: torch.Tensor, y: torch.Tensor, noise_probs: torch.Tensor) -> dict:
+    return {
+        "accuracy": metrics.accuracy(probs, y),
+        "nll": metrics.negative_log_likelihood(probs, y),
+        "ece": metrics.expected_calibration_error(probs, y),
+        "confidence": float(probs.max(-1).values.mean()),
+        "noise_refusal": float((noise_probs.max(-1).values < REFUSAL_THRESHOLD).double().mean()),
+    }
+
+
+class Predictive:
+    """Running average of the softmax over weight draws, on the test and the noise images."""
+
+    def __init__(self, x_eval: torch.Tensor, chunk: int = 2500) -> None:
+        self.net = PlainLeNet5()
+        self.x = x_eval
+        self.chunk = chunk
+        self.sum = torch.zeros(x_eval.shape[0], 10, dtype=torch.float64)
+        self.count = 0
+        self.seconds = 0.0
+
+    @torch.no_grad()
+    def add(self, draw: dict[str, torch.Tensor]) -> None:
+        start = time.perf_counter()
+        params = {k: v.detach().reshape(self.net.get_parameter(k).shape) for k, v in draw.items()}
+        for i in range(0, self.x.shape[0], self.chunk):
+            logits = torch.func.functional_call(self.net, params, (self.x[i : i + self.chunk],))
+            self.sum[i : i + self.chunk] += logits.double().softmax(-1)
+        self.count += 1
+        self.seconds += time.perf_counter() - start
+
+    def probs(self) -> torch.Tensor:
+        return self.sum / self.count
+
+
+class _Deadline(Exception):
+    pass
+
+
+def run_sghmc(x, y, x_eval, args) -> dict:
+    """SGHMC with the default (adaptive) settings through MCMC until the budget is spent."""
+    start = time.perf_counter()
+    deadline = start + args.budget
+    steps_per_epoch = x.shape[0] // args.batch_size
+    thinning = max(1, round(steps_per_epoch / args.draws_per_epoch))
+    warmup_draws = max(1, round(args.warmup_epochs * steps_per_epoch / thinning))
+    predictive = Predictive(x_eval)
+    log = {"warmup_end": None, "kept": 0, "first_kept": None, "last_kept": None}
+
+    def hook(kernel, params, stage, i):
+        now = time.perf_counter()
+        if stage.startswith("Sample"):
+            if log["first_kept"] is None:
+                log["first_kept"] = now
+            log["last_kept"] = now
+            if log["kept"] % args.eval_every == 0:
+                predictive.add(params)  # LeNet5's sites are unconstrained (real support)
+            log["kept"] += 1
+        elif i == warmup_draws - 1:
+            log["warmup_end"] = now
+            print(f"  SGHMC warm-up done after {now - start:.0f} s", flush=True)
+        if time.perf_counter() >= deadline:
+            raise _Deadline
+
+    kernel = SGHMC(LeNet5(), batch_size=args.batch_size, num_steps_per_sample=thinning,
+                   temperature=args.temperature, seed=args.seed)  # fmt: skip
+    mcmc = MCMC(kernel, num_samples=10**7, warmup_steps=warmup_draws, disable_progbar=True,
+                hook_fn=hook)  # fmt: skip
+    try:
+        mcmc.run(x, y)
+    except _Deadline:
+        pass
+    seconds = time.perf_counter() - start
+    if predictive.count == 0:
+        raise RuntimeError(f"the budget of {args.budget} s ended before the warm-up did")
+    kept, first, last = log["kept"], log["first_kept"], log["last_kept"]
+    s_per_step = (last - first) / ((kept - 1) * thinning) if kept > 1 else float("nan")
+    return {
+        "probs": predictive.probs(),
+        "seconds": seconds,
+        "warmup_seconds": None if log["warmup_end"] is None else log["warmup_end"] - start,
+        "warmup_epochs": warmup_draws * thinning / steps_per_epoch,
+        "sampling_epochs": kept * thinning / steps_per_epoch,
+        "kept_draws": kept,
+        "draws_averaged": predictive.count,
+        "thinning": thinning,
+        "eval_seconds": predictive.seconds,
+        "s_per_step_sampling_incl_eval": s_per_step,
+    }
+
+
+def run_sgd(x, y, x_eval, args) -> dict:
+    """Deterministic LeNet-5, SGD with momentum 0.9, weight decay 1/N, cosine rate, same budget."""
+    torch.manual_seed(args.seed)
+    start = time.perf_counter()
+    net = PlainLeNet5()
+    optimizer = torch.optim.SGD(net.parameters(), lr=args.sgd_lr, momentum=0.9,
+                                weight_decay=1.0 / x.shape[0])  # fmt: skip
+    generator = torch.Generator().manual_seed(args.seed)
+    n, b = x.shape[0], args.batch_size
+    steps, done = 0, False
+    while not done:
+        permutation = torch.randperm(n, generator=generator)
+        for i in range(n // b):
+            elapsed = time.perf_counter() - start
+            if elapsed >= args.budget - 2.0:  # keep ~2 s for the evaluation
+                done = True
+                break
+            for group in optimizer.param_groups:
+                group["lr"] = args.sgd_lr * 0.5 * (1 + math.cos(math.pi * elapsed / args.budget))
+            idx = permutation[i * b : (i + 1) * b]
+            optimizer.zero_grad()
+            F.cross_entropy(net(x.index_select(0, idx)), y.index_select(0, idx)).backward()
+            optimizer.step()
+            steps += 1
+    with torch.no_grad():
+        probs = torch.cat([net(c) for c in x_eval.split(2500)]).double().softmax(-1)
+    return {"probs": probs, "seconds": time.perf_counter() - start, "epochs": steps * b / n}
+
+
+def run_svi(x, y, x_eval, args) -> dict:
+    """Mean-field VI through ``fit_svi``: as many Adam steps as fit in the budget."""
+    start = time.perf_counter()
+    calibration_steps = 30
+    probe = time.perf_counter()
+    fit_svi(LeNet5(), x, y, batch_size=args.batch_size, num_steps=calibration_steps,
+            learning_rate=args.svi_lr, seed=args.seed, progress_bar=False)  # fmt: skip
+    # the probe includes the guide's set-up (one model run on all rows), counted once more below
+    s_per_step = (time.perf_counter() - probe) / calibration_steps
+    remaining = args.budget - (time.perf_counter() - start) - 15.0  # set-up and evaluation
+    num_steps = max(1, int(remaining / s_per_step))
+
+    def cosine(optimizer):
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda t: 0.5 * (1 + math.cos(math.pi * min(t / num_steps, 1.0)))
+        )
+
+    result = fit_svi(LeNet5(), x, y, batch_size=args.batch_size, num_steps=num_steps,
+                     learning_rate=args.svi_lr, lr_scheduler=cosine, seed=args.seed,
+                     progress_bar=False)  # fmt: skip
+    draws = result.sample_posterior(args.svi_draws, seed=args.seed)
+    predictive = Predictive(x_eval)
+    for s in range(args.svi_draws):
+        predictive.add({name: value[0, s] for name, value in draws.items()})
+    return {
+        "probs": predictive.probs(),
+        "seconds": time.perf_counter() - start,
+        "fit_seconds": result.wall_time,
+        "num_steps": num_steps,
+        "epochs": num_steps * args.batch_size / x.shape[0],
+        "s_per_step_estimate": s_per_step,
+        "final_loss": float(result.losses[0, -50:].mean()),
+    }
+
+
+def _fmt(m: dict) -> str:
+    return f"{m['accuracy']:.3f} / {m['nll']:.3f} / {m['ece']:.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke test (~3 minutes)")
+    parser.add_argument("--steps", type=int, default=200, help="timed steps per repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--budget", type=float, default=600.0, help="seconds per accuracy row")
+    parser.add_argument("--warmup-epochs", type=float, default=10.0)
+    parser.add_argument("--draws-per-epoch", type=float, default=2.0)
+    parser.add_argument("--eval-every", type=int, default=1, help="evaluate every k-th draw")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--sgd-lr", type=float, default=0.05)
+    parser.add_argument("--svi-lr", type=float, default=1e-3)
+    parser.add_argument("--svi-draws", type=int, default=32)
+    parser.add_argument("--noise", type=int, default=2000, help="uniform-noise images")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-timing", action="store_true")
+    parser.add_argument("--skip-accuracy", action="store_true")
+    parser.add_argument("--skip-svi", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.repeats, args.budget, args.warmup_epochs = 50, 1, 60.0, 1.0
+        args.svi_draws = 4
+    torch.set_num_threads(args.threads)
+    pyro.set_rng_seed(args.seed)
+    x, y, x_test, y_test, source = load()
+    noise = torch.rand(args.noise, 784, generator=torch.Generator().manual_seed(1))
+    x_eval = torch.cat([x_test, noise])
+    n_test = x_test.shape[0]
+    load_start = load_average()
+    rows: list[dict] = []
+    payload: dict = {"data": source, "settings": vars(args), "load_average_start": load_start}
+
+    if not args.skip_timing:
+        generator = torch.Generator().manual_seed(0)
+        timings: dict[str, list[float]] = {"baseline": [], "functional": [], "trace": []}
+        for _ in range(args.repeats):
+            timings["baseline"].append(time_baseline(x, y, args.batch_size, args.steps, generator))
+            timings["functional"].append(time_mcmc(x, y, args.batch_size, args.steps, "auto"))
+            timings["trace"].append(time_mcmc(x, y, args.batch_size, args.steps, "trace"))
+            print({k: f"{1e3 * v[-1]:.2f} ms" for k, v in timings.items()}, flush=True)
+        median = {name: statistics.median(values) for name, values in timings.items()}
+        base, ratio = median["baseline"], median["functional"] / median["baseline"]
+        rows += [
+            {"row": "step: torch SGD step, plain LeNet-5 (baseline)",
+             "result": f"{1e3 * base:.2f} ms", "ratio": "1.00"},
+            {"row": "step: SGHMC via MCMC, default potential",
+             "result": f"{1e3 * median['functional']:.2f} ms", "ratio": f"{ratio:.2f}",
+             "target": f"ratio <= {STEP_TARGET}", "pass": ratio <= STEP_TARGET},
+            {"row": "step: SGHMC via MCMC, potential='trace'",
+             "result": f"{1e3 * median['trace']:.2f} ms",
+             "ratio": f"{median['trace'] / base:.2f}"},
+        ]  # fmt: skip
+        payload.update({"s_per_step": timings, "ratio_step": ratio, "step_target": STEP_TARGET,
+                        "load_average_timing": load_average()})  # fmt: skip
+
+    if not args.skip_accuracy:
+        columns = "acc / NLL / ECE"
+        runs = {}
+        print("SGHMC ...", flush=True)
+        sghmc = run_sghmc(x, y, x_eval, args)
+        sgd_load = load_average()
+        print("SGD ...", flush=True)
+        sgd = run_sgd(x, y, x_eval, args)
+        for name, run in (("sghmc", sghmc), ("sgd", sgd)):
+            probs = run.pop("probs")
+            run.update(evaluate(probs[:n_test], y_test, probs[n_test:]))
+            runs[name] = run
+        s = runs["sghmc"]
+        passed = (s["accuracy"] >= TARGETS["accuracy"] and s["nll"] <= TARGETS["nll"]
+                  and s["ece"] <= TARGETS["ece"])  # fmt: skip
+        rows.append({
+            "row": f"SGHMC defaults, T={args.temperature:g}, {s['warmup_epochs']:.0f} warm-up + "
+                   f"{s['sampling_epochs']:.1f} sampling epochs, {s['draws_averaged']} draws",
+            columns: _fmt(s), "noise refused": f"{s['noise_refusal']:.3f}",
+            "seconds": f"{s['seconds']:.0f}",
+            "target": ">= 0.915 / <= 0.24 / <= 0.015", "pass": passed,
+        })  # fmt: skip
+        d = runs["sgd"]
+        rows.append({
+            "row": f"deterministic LeNet-5, SGD, {d['epochs']:.1f} epochs",
+            columns: _fmt(d), "noise refused": f"{d['noise_refusal']:.3f}",
+            "seconds": f"{d['seconds']:.0f}", "target": "anchor 0.910 / 0.321",
+        })  # fmt: skip
+        if not args.skip_svi:
+            print("SVI ...", flush=True)
+            svi = run_svi(x, y, x_eval, args)
+            probs = svi.pop("probs")
+            svi.update(evaluate(probs[:n_test], y_test, probs[n_test:]))
+            runs["svi"] = svi
+            rows.append({
+                "row": f"mean-field VI (fit_svi, reparameterisation), {svi['epochs']:.1f} epochs,"
+                       f" {args.svi_draws} draws",
+                columns: _fmt(svi), "noise refused": f"{svi['noise_refusal']:.3f}",
+                "seconds": f"{svi['seconds']:.0f}",
+                "target": ">= 0.895 / <= 0.29 (with Flipout: not implemented for conv)",
+                "pass": svi["accuracy"] >= SVI_TARGETS["accuracy"]
+                        and svi["nll"] <= SVI_TARGETS["nll"],
+            })  # fmt: skip
+        payload.update({"runs": runs, "targets": TARGETS, "svi_targets": SVI_TARGETS,
+                        "load_average_sgd": sgd_load})  # fmt: skip
+
+    load_end = load_average()
+    print(f"data: {source}; batch {args.batch_size}; {args.threads} thread(s); budget "
+          f"{args.budget:g} s per accuracy row; load {load_start} -> {load_end}")  # fmt: skip
+    print_table(rows, ["row", "result", "ratio", "acc / NLL / ECE", "noise refused", "seconds",
+                       "target", "pass"])  # fmt: skip
+    payload.update({"rows": rows, "load_average_end": load_end})
+    path = write_json("w5_lenet_quick" if args.quick else "w5_lenet", payload)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
