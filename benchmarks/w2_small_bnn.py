@@ -69,6 +69,14 @@ CONFIGS = {
         "num_chains": 16,
     },
 }
+#: The same kernels with their defaults (no step size: the adaptive warm-up, over the first
+#: quarter of each budget); target: at most twice the time of the tuned run.
+DEFAULT_CONFIGS = {
+    "sghmc defaults": {"kernel": "sghmc", "num_steps_per_sample": 10},
+    "sgld defaults": {"kernel": "sgld", "num_steps_per_sample": 20, "num_chains": 16},
+}
+DEFAULTS_FACTOR = 2.0
+CONFIGS = {**CONFIGS, **DEFAULT_CONFIGS}
 BUDGETS = (1000, 1500, 2000, 3000, 4000, 6000, 8000, 12000)
 
 
@@ -212,7 +220,9 @@ def main() -> None:
     rows, records = [], []
     variants = [(name, config, False) for name, config in CONFIGS.items()]
     if not args.no_compile:
-        variants += [(name, config, True) for name, config in CONFIGS.items()]
+        variants += [(name, config, True) for name, config in CONFIGS.items()
+                     if name not in DEFAULT_CONFIGS]  # fmt: skip
+    tuned_sampling: dict[str, float] = {}
     for name, config, compiled in variants:
         label = f"{name} compiled" if compiled else name
         if compiled and not args.warm_cache:
@@ -233,15 +243,21 @@ def main() -> None:
             total_text = f"{reached[total_key]:.2f}"
             if compiled:
                 total_text += f" (cache hit {reached['total_s']:.2f})"
+        limit, target = TARGET_SAMPLING_S, f"sampling <= {TARGET_SAMPLING_S}"
+        if name in DEFAULT_CONFIGS:
+            tuned = tuned_sampling.get(name.split()[0], math.nan)
+            limit, target = DEFAULTS_FACTOR * tuned, f"sampling <= {DEFAULTS_FACTOR:g} x tuned"
+        elif reached and not compiled:
+            tuned_sampling[name] = reached["sampling_s"]
         rows.append(
             {
                 "workload": f"W2 {label} time to NUTS quality",
                 "sampling s": f"{reached['sampling_s']:.2f}" if reached else "not reached",
                 "total s": total_text,
-                "target": f"sampling <= {TARGET_SAMPLING_S}, total < {TARGET_TOTAL_S}",
+                "target": f"{target}, total < {TARGET_TOTAL_S}",
                 "pass": bool(
                     reached
-                    and reached["sampling_s"] <= TARGET_SAMPLING_S
+                    and reached["sampling_s"] <= limit
                     and reached[total_key] < TARGET_TOTAL_S
                 ),
             }
