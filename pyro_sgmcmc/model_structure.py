@@ -41,6 +41,7 @@ __all__ = [
     "GlobalSitesFirst",
     "ModelStructure",
     "check_finite_data",
+    "check_plate_fits_data",
     "find_data_plate",
     "inspect_model",
     "plate_chunks",
@@ -465,6 +466,22 @@ def _classify_sites(trace: Trace, plate_name: str) -> tuple[list[str], list[str]
             "likelihood of the observations in that plate by N/B."
         )
     return latent, observed
+
+
+def check_plate_fits_data(
+    model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any], plate_name: str
+) -> None:
+    """For a model that failed on its data: run it on the plate's first row only, read the
+    plate's size, and refuse data with another number of rows by name (a plate larger than the
+    data fails with an index error that does not say so). Does nothing if that run fails too."""
+    try:
+        with torch.no_grad():
+            conditioned = poutine.condition(model, data={plate_name: torch.tensor([0])})
+            trace = poutine.trace(conditioned).get_trace(*args, **kwargs)
+        size = int(_plate_site(trace, plate_name)["fn"].size)
+    except Exception:
+        return
+    _check_rows_against_plate(args, kwargs, plate_name, size)
 
 
 def _check_rows_against_plate(

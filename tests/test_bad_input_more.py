@@ -381,11 +381,11 @@ def test_numpy_labels_are_refused_by_the_kernels_but_converted_by_fit_svi():
 
 
 # ---------------------------------------------------------------------- models, kernels, networks
-def plate_of_size(size):
+def plate_of_size(size, wrap=True):
     def model(y):
         mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
         with pyro.plate("data", size) as idx:
-            pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx % len(y)])
+            pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx % len(y) if wrap else idx])
 
     return model
 
@@ -398,6 +398,10 @@ def test_a_data_plate_larger_than_the_data_is_refused(size):
         rf"'data' has size {size}: the plate's rows 30..{size - 1} have no data",
     ):
         run(sgld(plate_of_size(size)), Y)  # fmt: skip
+    # without the wrap-around the model itself fails first (an index past the data): the
+    # refusal still names the plate's size
+    with pytest.raises(ModelContractError, match=rf"has size {size}: the plate's rows 30"):
+        run(sgld(plate_of_size(size, wrap=False)), Y)
 
 
 def test_transforms_of_unknown_sites_are_refused_with_the_latent_sites():

@@ -25,7 +25,13 @@ from ..conjugate import find_normal_gamma_updates
 from ..dynamics.registry import Algorithm
 from ..errors import ModelContractError
 from ..gibbs import GibbsUpdate
-from ..model_structure import ModelStructure, check_finite_data, inspect_model, resolve_batch_size
+from ..model_structure import (
+    ModelStructure,
+    check_finite_data,
+    check_plate_fits_data,
+    inspect_model,
+    resolve_batch_size,
+)
 from ..potentials import Potential, make_potential
 from .adaptation import AdaptiveControl
 from .controls import MandtRateControl, ScheduleControl, StepControl
@@ -251,6 +257,7 @@ def _inspect(model, args, kwargs, settings: SamplerSettings) -> ModelStructure:
     except ModelContractError:
         raise
     except (IndexError, RuntimeError, TypeError) as error:
+        check_plate_fits_data(model, args, kwargs, settings.subsample_plate)
         first_line = str(error).splitlines()[0] if str(error) else ""
         raise ModelContractError(
             f"the model fails on the data given to run(...) ({type(error).__name__}: "
