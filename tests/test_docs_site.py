@@ -242,7 +242,7 @@ def _report(problems: list[str]) -> str:
 def test_the_site_has_the_pages_of_the_navigation(rendered):
     for page in ("index.html", "cli/index.html", "kernels/index.html", "api/kernels/index.html"):
         assert page in rendered
-    assert len(_tutorials(rendered)) == 5, sorted(rendered)
+    assert len(_tutorials(rendered)) == 6, sorted(rendered)
 
 
 def test_every_formula_is_typeset(rendered):

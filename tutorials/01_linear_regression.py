@@ -21,18 +21,19 @@
 # * **random-walk Metropolis** (Pyro's `RandomWalkKernel`): proposals
 #   $\theta^* = \theta + \mathcal N(0, s^2 I)$ accepted with probability
 #   $\min\{1, \pi(\theta^*)/\pi(\theta)\}$, no gradients;
-# * **SGLD** (`pyro_sgmcmc.SGLD`): Langevin steps on a minibatch gradient of 10 of the 30 points,
-#   no accept/reject step;
+# * **SGLD** (`pyro_sgmcmc.SGLD`, Welling & Teh 2011): Langevin steps on a minibatch gradient of
+#   10 of the 30 points, no accept/reject step;
 # * **NUTS** (Pyro's `NUTS`): Hamiltonian trajectories on the full-data gradient with a
 #   Metropolis correction.
 #
 # All three see the same Pyro model. We start every chain far from the posterior, look at the
 # traces to see the burn-in, and then compare the kept draws with the exact conjugate posterior.
 #
-# **Run modes.** By default this notebook runs its full configuration (about three minutes on a
-# laptop CPU). With the environment variable `PYRO_SGMCMC_SMOKE=1` (what CI and the docs build
-# use) every chain is shortened so that the notebook runs in well under a minute; the numbers in the
-# final table are then noisier.
+# **Run modes.** By default this notebook runs its full configuration (a few minutes on one CPU
+# core; the outputs shown are from such a run). With the environment variable
+# `PYRO_SGMCMC_SMOKE=1` (what CI uses to check that the notebook runs) every chain is shortened
+# so that the notebook runs in well under a minute; the numbers in the final table are then
+# noisier.
 
 # %%
 import logging
@@ -62,6 +63,7 @@ from pyro_sgmcmc import SGLD
 logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
 
 pd.options.display.float_format = "{:.3f}".format
+NOTEBOOK_START = time.perf_counter()
 SMOKE = os.environ.get("PYRO_SGMCMC_SMOKE", "0") == "1"
 pyro.set_rng_seed(0)
 print("smoke mode" if SMOKE else "full mode")
@@ -153,11 +155,15 @@ pd.DataFrame(exact, index=["mean", "sd"]).round(4)
 #
 # * Random-walk Metropolis adapts its proposal scale during warm-up towards an acceptance rate
 #   of 0.234.
-# * SGLD uses a constant step size $\epsilon = 10^{-3}$ that multiplies the gradient of the
-#   *full-data* potential (equivalently `learning_rate = N * 1e-3 = 0.03` per datum). The
-#   largest curvature of the potential is roughly $N / \sigma^2 \approx 120$, so
-#   $\epsilon \cdot 120 \approx 0.12 \ll 2$: stable, with an $O(\epsilon)$ bias. Each kept draw
-#   is 20 gradient steps on minibatches of 10 points.
+# * SGLD is given no step size: like NUTS, it adapts one during warm-up. Its warm-up draws
+#   (200 draws of 20 gradient steps each, on minibatches of 10 points) first descend towards the
+#   posterior without injected noise, then measure the curvature and the minibatch-gradient noise
+#   of every coordinate and set a step size and a diagonal preconditioner, which are frozen for
+#   the kept draws (see the "Adaptive warm-up" page of the documentation). The step is chosen so
+#   that the $O(\epsilon)$ discretisation bias stays at a few per cent of each coordinate's
+#   variance; a hand-picked `step_size=` (which multiplies the gradient of the *full-data*
+#   potential) switches the adaptation off. The adaptation needs a few hundred warm-up gradient
+#   steps (`warmup_steps * num_steps_per_sample`), and the kernel warns when it gets too few.
 # * NUTS adapts its step size and a diagonal mass matrix during warm-up.
 
 # %%
@@ -182,7 +188,7 @@ def make_kernel(name):
     if name == "RWM":
         return RandomWalkKernel(model, init_step_size=0.1)
     if name == "SGLD":
-        return SGLD(model, step_size=1e-3, batch_size=10, num_steps_per_sample=20, seed=1)
+        return SGLD(model, batch_size=10, num_steps_per_sample=20, seed=1)
     return NUTS(model)
 
 
@@ -226,8 +232,9 @@ for name, (_, _, seconds) in results.items():
 # The dashed line marks the end of warm-up; only the draws after it are kept. The red line is
 # the exact posterior mean. How many draws each sampler needs to reach it depends on its step:
 # random-walk proposals are small and blind to the slope of the density, an SGLD draw is 20
-# gradient steps whose size shrinks when the noise variance is large (the potential is then
-# flat), and a NUTS draw is a whole Hamiltonian trajectory.
+# gradient steps (in the first half of its warm-up, noise-free steps whose size is normalised
+# coordinate by coordinate, so it reaches the posterior in a few draws), and a NUTS draw is a
+# whole Hamiltonian trajectory.
 
 # %%
 fig, axes = plt.subplots(2, 3, figsize=(12, 5), sharey="row")
@@ -292,8 +299,9 @@ fig.tight_layout()
 # the exact values, the error of the mean in units of the exact standard deviation, the bulk
 # effective sample size and split-$\hat R$ from ArviZ, and the effective samples per second.
 # SGLD has no accept/reject step, so its standard deviations carry a step-size and minibatch
-# bias; a smaller `step_size` (or a `PolynomialDecay` schedule) reduces it at the cost of more
-# steps per effective draw.
+# bias; the adapted step keeps it to a few per cent of the variance, and a smaller `step_size`
+# (or a `PolynomialDecay` schedule) reduces it further at the cost of more steps per effective
+# draw.
 
 # %%
 rows = []
@@ -323,3 +331,11 @@ table = pd.DataFrame(rows).set_index(["sampler", "parameter"])
 if SMOKE:
     print("smoke mode: short chains, noisy numbers")
 display(table)
+
+
+# %% [markdown]
+# ## Wall time
+
+# %%
+elapsed = time.perf_counter() - NOTEBOOK_START
+print(f"{'smoke' if SMOKE else 'full'} mode: this notebook ran in {elapsed / 60:.1f} min")

@@ -31,7 +31,8 @@
 #
 # We compare
 #
-# * **SGHMC** and **SGLD** (`pyro_sgmcmc`), minibatches of 100 (500 on Fashion-MNIST);
+# * **SGHMC** (Chen, Fox & Guestrin 2014) and **SGLD** (Welling & Teh 2011), from
+#   `pyro_sgmcmc`, on minibatches of 100 images (500 on Fashion-MNIST);
 # * **SGD**: the optimisation baseline, a MAP fit with minibatch Adam (`find_map`);
 # * **Constant SGD** (Mandt, Hoffman & Blei 2017): SGD with a constant rate and no injected
 #   noise, whose iterates are read as posterior draws; `ConstantSGD` estimates the gradient noise
@@ -44,8 +45,8 @@
 #
 # **Data and run modes.** Fashion-MNIST is read from the IDX files of the Debian package
 # `dataset-fashion-mnist` (`/usr/share/datasets/fashion-mnist`, or the folder in
-# `$PYRO_SGMCMC_FASHION_MNIST`). The full configuration takes on the order of an hour on a laptop
-# CPU. In smoke mode (`PYRO_SGMCMC_SMOKE=1`, used by CI and the docs build) the same network is
+# `$PYRO_SGMCMC_FASHION_MNIST`). The full configuration takes about ten minutes on one CPU
+# core. In smoke mode (`PYRO_SGMCMC_SMOKE=1`, what CI runs) the same network is
 # fitted with short chains on a random subset of 3000 training and 1000 test images. Only where
 # the files are not installed does the notebook fall back to scikit-learn's 8x8 `digits` (1797
 # images, a 64-50-10 network); the first output below says which data it used.
@@ -59,6 +60,7 @@ import warnings
 warnings.filterwarnings("ignore", message="IProgress not found")
 warnings.filterwarnings("ignore", message="num_chains=.*sequentially")
 
+import contextlib
 import os
 import time
 
@@ -71,6 +73,7 @@ from pyro.infer import MCMC
 
 from pyro_sgmcmc import SGHMC, SGLD, ConstantSGD, SamplerDivergedError
 from pyro_sgmcmc.datasets import load_dataset
+from pyro_sgmcmc.errors import SamplerWarning
 from pyro_sgmcmc.initialization import find_map
 from pyro_sgmcmc.metrics import accuracy, expected_calibration_error, negative_log_likelihood
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision
@@ -80,6 +83,7 @@ from pyro_sgmcmc.svi import fit_svi
 logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
 
 pd.options.display.float_format = "{:.3f}".format
+NOTEBOOK_START = time.perf_counter()
 SMOKE = os.environ.get("PYRO_SGMCMC_SMOKE", "0") == "1"
 pyro.set_rng_seed(0)
 
@@ -98,10 +102,12 @@ FASHION = data.name == "fashion_mnist"
 HIDDEN = 100 if FASHION else 50
 BATCH = 500 if FASHION else 100
 EPOCH = data.num_train // BATCH  # gradient steps per pass over the data
+# Each kept draw is one epoch of gradient steps. The adaptive warm-up needs a few hundred warm-up
+# gradient steps (WARMUP * STEPS_PER_DRAW); SGD runs SGD_EPOCHS passes over the data.
 if SMOKE:
-    WARMUP, DRAWS, STEPS_PER_DRAW, SVI_EPOCHS = 40, 60, EPOCH, 30
+    WARMUP, DRAWS, STEPS_PER_DRAW, SGD_EPOCHS, SVI_EPOCHS = 60, 60, EPOCH, 20, 30
 else:
-    WARMUP, DRAWS, STEPS_PER_DRAW, SVI_EPOCHS = 50, 200, EPOCH, 200
+    WARMUP, DRAWS, STEPS_PER_DRAW, SGD_EPOCHS, SVI_EPOCHS = 20, 200, EPOCH, 40, 100
 print(f"{HIDDEN} hidden units, batches of {BATCH}, {EPOCH} steps per epoch")
 
 # %% [markdown]
@@ -138,42 +144,59 @@ print(make_model().latent_sites)
 # %% [markdown]
 # ## Five fits
 #
-# Step sizes are given per datum (`learning_rate`; the kernels divide by $N$), so they carry
-# over between data sets of different sizes. SGHMC uses friction 0.1, so its momentum carries
-# each gradient over about $1/0.1 = 10$ steps; SGLD has no momentum and gets a larger rate to
-# move as far. Each kept draw is one epoch of gradient steps. The warm-up draws are discarded.
+# No step size is given to the samplers. As NUTS adapts its step size and mass matrix, SGHMC,
+# SGLD and Constant SGD adapt theirs during the warm-up draws (in full mode 20 draws of 120
+# gradient steps): the first half of the warm-up descends towards the posterior without injected
+# noise, the second half measures each weight's curvature and minibatch-gradient noise and sets
+# a step size and a diagonal preconditioner, which are then frozen (the "Adaptive warm-up" page
+# of the documentation). Constant SGD then switches to Mandt et al.'s optimal rate. Each kept
+# draw is one epoch of gradient steps; the warm-up draws are discarded. In full mode SGD is 40
+# epochs of minibatch Adam and SVI 100 epochs.
+#
+# The kernels check the health of every chain (for example, a network that has not left its
+# starting point after warm-up) and report a problem with a `SamplerWarning`; here such a
+# message is printed with the results.
 
 # %%
 fits, seconds = {}, {}
 
+
+@contextlib.contextmanager
+def sampler_messages(name):
+    """Print the sampler's health messages (``SamplerWarning``) as results."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SamplerWarning)
+        yield
+    for caught_warning in caught:
+        if issubclass(caught_warning.category, SamplerWarning):
+            print(f"{name}, message from the sampler: {caught_warning.message}")
+        else:
+            warnings.warn(caught_warning.message, caught_warning.category, stacklevel=1)
+
+
 model = make_model()
 start = time.perf_counter()
 mcmc = MCMC(
-    SGHMC(
-        model,
-        learning_rate=0.05,
-        friction=0.1,
-        batch_size=BATCH,
-        num_steps_per_sample=STEPS_PER_DRAW,
-        seed=0,
-    ),
+    SGHMC(model, batch_size=BATCH, num_steps_per_sample=STEPS_PER_DRAW, seed=0),
     num_samples=DRAWS,
     warmup_steps=WARMUP,
     disable_progbar=True,
 )
-mcmc.run(x, y)
+with sampler_messages("SGHMC"):
+    mcmc.run(x, y)
 seconds["SGHMC"] = time.perf_counter() - start
 fits["SGHMC"] = (model, mcmc.get_samples())
 
 model = make_model()
 start = time.perf_counter()
 mcmc = MCMC(
-    SGLD(model, learning_rate=0.3, batch_size=BATCH, num_steps_per_sample=STEPS_PER_DRAW, seed=1),
+    SGLD(model, batch_size=BATCH, num_steps_per_sample=STEPS_PER_DRAW, seed=1),
     num_samples=DRAWS,
     warmup_steps=WARMUP,
     disable_progbar=True,
 )
-mcmc.run(x, y)
+with sampler_messages("SGLD"):
+    mcmc.run(x, y)
 seconds["SGLD"] = time.perf_counter() - start
 fits["SGLD"] = (model, mcmc.get_samples())
 
@@ -183,7 +206,7 @@ map_values = find_map(
     model,
     x,
     y,
-    num_steps=(WARMUP + DRAWS) * STEPS_PER_DRAW // 2,
+    num_steps=SGD_EPOCHS * EPOCH,
     batch_size=BATCH,
     learning_rate=1e-2,
     seed=2,
@@ -195,9 +218,7 @@ fits["SGD"] = (model, {k: v.detach()[None] for k, v in map_values.items()})
 model = make_model()
 start = time.perf_counter()
 mcmc = MCMC(
-    ConstantSGD(
-        model, learning_rate=0.05, batch_size=BATCH, num_steps_per_sample=STEPS_PER_DRAW, seed=5
-    ),
+    ConstantSGD(model, batch_size=BATCH, num_steps_per_sample=STEPS_PER_DRAW, seed=5),
     num_samples=DRAWS,
     warmup_steps=WARMUP,
     disable_progbar=True,
@@ -205,7 +226,8 @@ mcmc = MCMC(
 # A sampler that diverges is a result too: it is reported in the table instead of stopping here.
 diverged = {}
 try:
-    mcmc.run(x, y)
+    with sampler_messages("Constant SGD"):
+        mcmc.run(x, y)
 except SamplerDivergedError as error:
     diverged["Constant SGD"] = time.perf_counter() - start
     print("Constant SGD diverged:", str(error).split(". ")[0])
@@ -329,3 +351,11 @@ print(
     + ("" if FASHION else ", in place of Fashion-MNIST")
 )
 display(table)
+
+
+# %% [markdown]
+# ## Wall time
+
+# %%
+elapsed = time.perf_counter() - NOTEBOOK_START
+print(f"{'smoke' if SMOKE else 'full'} mode: this notebook ran in {elapsed / 60:.1f} min")
