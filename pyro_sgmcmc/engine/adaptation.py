@@ -360,12 +360,18 @@ class AdaptiveControl(StepControl):
         """A coordinate that ran away gets a ten times smaller preconditioner (its curvature was
         underestimated, or has grown: a ReLU unit that came back to life); during warm-up, a
         non-finite step halves the chain's step (down to a thousandth of its start); a jump of
-        the potential alone (which a minibatch can cause) only puts the chain back. Only ever
+        the potential alone (which a minibatch can cause) only puts the chain back, unless it
+        happens on consecutive steps, which halves the step too. Only ever
         shrinking the preconditioner, a finite number of times, keeps the frozen sampler's
         constant-:math:`P` target."""
         mask = chains.reshape(-1, 1).to(self.rate.device)
         if engine.monitor.last_reason.startswith("a blow-up"):
-            return
+            # one jump may be the minibatch's; a chain that blows up on consecutive steps has
+            # too large a step (a curvature the probes did not see): during warm-up, shrink it
+            again = (engine.monitor.consecutive >= 2).reshape(-1, 1).to(mask.device)
+            mask = mask & again
+            if self.frozen or not bool(mask.any()):
+                return
         if self.frozen:
             self._shrink_runaway(engine)
             return
