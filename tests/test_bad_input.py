@@ -71,16 +71,19 @@ def run(kernel, *args, **kwargs):
 
 # ---------------------------------------------------------------------- data vs model (kernels)
 @pytest.mark.parametrize(
-    ("make_model", "args"),
+    ("make_model", "args", "message"),
     [
-        (lambda: plate_of_size(30), (Y,)),
-        (lambda: regression, (torch.randn(20, 3), torch.randn(15))),
-        (lambda: regression, (torch.randn(20), torch.randn(20))),
+        (lambda: plate_of_size(30), (Y,),
+         r"args\[0\] has 20 rows but the data plate 'data' has size 30"),
+        (lambda: regression, (torch.randn(20, 3), torch.randn(15)),
+         r"args\[1\] has 15 rows but the data plate 'data' has size 20"),
+        (lambda: regression, (torch.randn(20), torch.randn(20)),
+         r"fails on the data given to run.*plate sizes"),
     ],
     ids=["plate-larger-than-data", "rows-of-x-and-y-differ", "x-not-a-matrix"],
-)
-def test_data_that_do_not_fit_the_model_are_refused_by_name(make_model, args):
-    with pytest.raises(ModelContractError, match=r"fails on the data given to run.*plate sizes"):
+)  # fmt: skip
+def test_data_that_do_not_fit_the_model_are_refused_by_name(make_model, args, message):
+    with pytest.raises(ModelContractError, match=message):
         run(SGLD(make_model(), step_size=1e-3), *args)
 
 
