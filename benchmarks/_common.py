@@ -78,3 +78,35 @@ def w2_model():
     from pyro_sgmcmc.nn import BayesianMLP
 
     return BayesianMLP(1, [20, 20], 1, activation="tanh", likelihood="normal", prior="normal")
+
+
+def time_torch_sgd_step(net, x, y, batch_size, steps, generator, gather="index_select") -> float:
+    """Seconds per plain torch SGD step of ``net`` (the benchmarks' baseline): rows of a random
+    permutation, fetched with ``index_select`` (or ``x[idx]`` with ``gather="index"``),
+    zero_grad, cross-entropy x N/B plus a N(0, 1) prior term, backward, ``optimizer.step``;
+    20 steps of warm-up, then ``steps`` timed."""
+    import torch.nn.functional as F
+
+    n = x.shape[0]
+    optimizer = torch.optim.SGD(net.parameters(), lr=1e-7)
+    scale = n / batch_size
+    permutation = torch.randperm(n, generator=generator)
+
+    def step(i: int) -> None:
+        idx = permutation[(i * batch_size) % (n - batch_size) :][:batch_size]
+        if gather == "index_select":
+            xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+        else:
+            xb, yb = x[idx], y[idx]
+        optimizer.zero_grad()
+        loss = F.cross_entropy(net(xb), yb, reduction="sum") * scale
+        loss = loss + 0.5 * sum(p.square().sum() for p in net.parameters())
+        loss.backward()
+        optimizer.step()
+
+    for i in range(20):
+        step(i)
+    start = time.perf_counter()
+    for i in range(steps):
+        step(i)
+    return (time.perf_counter() - start) / steps

@@ -27,8 +27,13 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
-from _common import fashion_mnist_or_synthetic, load_average, print_table, write_json
+from _common import (
+    fashion_mnist_or_synthetic,
+    load_average,
+    print_table,
+    time_torch_sgd_step,
+    write_json,
+)
 from pyro.infer import MCMC
 
 from pyro_sgmcmc import SGHMC
@@ -47,33 +52,11 @@ class AutogradMLP(BayesianMLP):
 
 
 def time_baseline(x, y, batch_size, steps, generator, gather="index") -> float:
-    n = x.shape[0]
     torch.manual_seed(0)
     net = torch.nn.Sequential(
         torch.nn.Linear(784, 100), torch.nn.Sigmoid(), torch.nn.Linear(100, 10)
     )
-    optimizer = torch.optim.SGD(net.parameters(), lr=1e-6)
-    scale = n / batch_size
-    permutation = torch.randperm(n, generator=generator)
-
-    def step(i):
-        idx = permutation[(i * batch_size) % (n - batch_size) :][:batch_size]
-        if gather == "index_select":
-            xb, yb = x.index_select(0, idx), y.index_select(0, idx)
-        else:
-            xb, yb = x[idx], y[idx]
-        optimizer.zero_grad()
-        loss = F.cross_entropy(net(xb), yb, reduction="sum") * scale
-        loss = loss + 0.5 * sum(p.square().sum() for p in net.parameters())
-        loss.backward()
-        optimizer.step()
-
-    for i in range(20):
-        step(i)
-    start = time.perf_counter()
-    for i in range(steps):
-        step(i)
-    return (time.perf_counter() - start) / steps
+    return time_torch_sgd_step(net, x, y, batch_size, steps, generator, gather)
 
 
 def time_sghmc(model, x, y, batch_size, steps, potential) -> tuple[float, float]:

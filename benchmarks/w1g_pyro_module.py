@@ -32,8 +32,13 @@ import time
 import pyro
 import pyro.distributions as dist
 import torch
-import torch.nn.functional as F
-from _common import fashion_mnist_or_synthetic, load_average, print_table, write_json
+from _common import (
+    fashion_mnist_or_synthetic,
+    load_average,
+    print_table,
+    time_torch_sgd_step,
+    write_json,
+)
 from pyro.infer import MCMC
 from pyro.nn import PyroModule, PyroSample
 from torch import nn
@@ -64,27 +69,8 @@ class DocsBNN(PyroModule):
 
 
 def time_baseline(x, y, batch_size, steps, generator) -> float:
-    n = x.shape[0]
     net = nn.Sequential(nn.Linear(784, 100), nn.Tanh(), nn.Linear(100, 10))
-    optimizer = torch.optim.SGD(net.parameters(), lr=1e-6)
-    scale = n / batch_size
-    permutation = torch.randperm(n, generator=generator)
-
-    def step(i: int) -> None:
-        idx = permutation[(i * batch_size) % (n - batch_size) :][:batch_size]
-        optimizer.zero_grad()
-        rows_x, rows_y = x.index_select(0, idx), y.index_select(0, idx)
-        loss = F.cross_entropy(net(rows_x), rows_y, reduction="sum") * scale
-        loss = loss + 0.5 * sum(p.square().sum() for p in net.parameters())
-        loss.backward()
-        optimizer.step()
-
-    for i in range(20):
-        step(i)
-    start = time.perf_counter()
-    for i in range(steps):
-        step(i)
-    return (time.perf_counter() - start) / steps
+    return time_torch_sgd_step(net, x, y, batch_size, steps, generator)
 
 
 def _kernel(batch_size: int, potential: str, steps_per_sample: int) -> SGHMC:

@@ -78,7 +78,7 @@ import time
 import pyro
 import torch
 import torch.nn.functional as F
-from _common import RESULTS, load_average, print_table, write_json
+from _common import RESULTS, load_average, print_table, time_torch_sgd_step, write_json
 from pyro.infer import MCMC
 from pyro.infer.autoguide.initialization import init_to_median
 from torch import nn
@@ -130,28 +130,7 @@ def load():
 
 # ---------------------------------------------------------------------------- step time
 def time_baseline(x, y, batch_size, steps, generator) -> float:
-    n = x.shape[0]
-    net = PlainLeNet5()
-    optimizer = torch.optim.SGD(net.parameters(), lr=1e-7)
-    scale = n / batch_size
-    permutation = torch.randperm(n, generator=generator)
-
-    def step(i: int) -> None:
-        start = (i * batch_size) % (n - batch_size)
-        idx = permutation[start : start + batch_size]
-        optimizer.zero_grad()
-        xb, yb = x.index_select(0, idx), y.index_select(0, idx)
-        loss = F.cross_entropy(net(xb), yb, reduction="sum") * scale
-        loss = loss + 0.5 * sum(p.square().sum() for p in net.parameters())
-        loss.backward()
-        optimizer.step()
-
-    for i in range(20):
-        step(i)
-    start = time.perf_counter()
-    for i in range(steps):
-        step(i)
-    return (time.perf_counter() - start) / steps
+    return time_torch_sgd_step(PlainLeNet5(), x, y, batch_size, steps, generator)
 
 
 def time_mcmc(x, y, batch_size, steps, potential) -> float:
