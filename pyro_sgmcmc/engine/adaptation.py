@@ -38,7 +38,11 @@ matrix.
    configurational temperature :math:`\langle (z - \bar z)\cdot \nabla U\rangle / D`, which
    equals :math:`T` for the exact target (integration by parts), comes out far above :math:`T`
    -- the sign of a step too large for correlated directions that a diagonal step cannot see.
-   A coordinate that runs away gets a ten times smaller step.
+   A coordinate that runs away gets a ten times smaller step. A diagonal bound cannot see a
+   direction in which many coordinates are coupled, so at every window end :math:`h` is also
+   capped along the stiffest direction of the preconditioned Hessian, found by power iteration
+   with Hessian-vector products (finite differences of the gradient),
+   :math:`h \le c_\lambda / \lambda_{\max}(P^{1/2} H P^{1/2})`.
 4. **Freeze.** At the end of warm-up the steps are fixed (pSGLD's RMSprop statistics too). With a
    constant preconditioner the Langevin diffusion needs no correction term (:math:`\Gamma = 0`),
    so the sampling phase targets :math:`\exp(-U/T)` up to the discretisation and gradient-noise
@@ -47,7 +51,8 @@ matrix.
    biased.
 
 The bounds are :math:`c_H = 0.05` for SGLD and pSGLD (variance bias :math:`\le 2.5\%` per
-coordinate), :math:`0.1` for SGHMC (bias about :math:`c_H/4`) and :math:`c_V = 0.1`; pSGLD, whose
+coordinate), :math:`0.1` for SGHMC (bias about :math:`c_H/4`), :math:`c_V = 0.1`,
+:math:`c_\lambda = 0.2` (SGLD, pSGLD) or :math:`0.4` (SGHMC); pSGLD, whose
 preconditioner is its own frozen RMSprop diagonal :math:`G`, takes the largest :math:`h` with
 :math:`h G_i \le e_i` in every coordinate.
 
@@ -69,6 +74,9 @@ of Computational Mathematics 15, 2015 (the descent's momentum restart).
 
 R. A. Jacobs, "Increased rates of convergence through learning rate adaptation", Neural
 Networks 1(4), 1988 (the descent's per-coordinate rates).
+
+B. A. Pearlmutter, "Fast exact multiplication by the Hessian", Neural Computation 6(1), 1994
+(Hessian-vector products; here by finite differences of the gradient).
 
 M. D. Hoffman and A. Gelman, "The No-U-Turn sampler", JMLR 15, 2014 (warm-up that freezes its
 adaptation).
@@ -112,6 +120,14 @@ SITE_CAP = 4.0
 #: Fractions of the warm-up: Gibbs updates start, measurements start, descent ends, windows end,
 #: and the last window (sampling settings) starts.
 SCHEDULE = {"gibbs": 0.25, "probe": 0.35, "descent": 0.5, "windows": (0.6, 0.75), "last": 0.75}
+#: Per rule, the bound on :math:`h\,\lambda_{\max}(P^{1/2} H P^{1/2})`, the largest curvature
+#: of the preconditioned Hessian (power iteration): the diagonal bound :data:`CURVATURE_BOUND`
+#: holds per coordinate, but where many coordinates are coupled (the weights of one layer of a
+#: network) the stiffest direction is up to :math:`\sqrt{D}` times stiffer than any diagonal
+#: entry says, and a step within the diagonal bound runs hot or unstable along it.
+STABILITY_BOUND = {"sgld": 0.2, "psgld": 0.2, "sghmc": 0.4}
+#: Hessian-vector products per window end (the vector is kept from window to window).
+POWER_ITERATIONS = 8
 #: Relative size of the finite-difference perturbation (of a posterior standard deviation).
 PERTURBATION = 0.05
 #: A chain whose typical coordinate sits more than this many posterior standard deviations
@@ -186,6 +202,8 @@ class AdaptiveControl(StepControl):
         self.window_diverged = torch.zeros(like.shape[0], dtype=torch.bool)
         self.offset = OffsetMeter(like)
         self.curvature: torch.Tensor | None = None
+        self.direction: torch.Tensor | None = None
+        self.top_curvature = torch.zeros_like(column)
 
     # ------------------------------------------------------------------ what the engine reads
     @property
@@ -278,7 +296,10 @@ class AdaptiveControl(StepControl):
     def _probe(self, engine: ChainEngine) -> None:
         """Accumulate the gradient noise and the Hessian's diagonal at the current position."""
         grad = engine.grad
-        noise = 0.5 * (grad - engine.probe_gradient()).square()
+        if engine.batches.full_batch:  # no minibatch noise: skip the second gradient
+            noise = torch.zeros_like(grad)
+        else:
+            noise = 0.5 * (grad - engine.probe_gradient()).square()
         sign = engine.rademacher()
         if self.fisher is not None:
             epsilon = PERTURBATION * (self.temperature * self.fisher).sqrt()
@@ -318,6 +339,7 @@ class AdaptiveControl(StepControl):
             self.step = self._psgld_step(engine, allowed)
         else:
             self.fisher = allowed / self.curvature_bound
+        self._bound_stiffest_direction(engine)
         shrink = self.window_diverged
         if engine.t == self.window_ends[-1]:
             hot = engine.virial.too_hot(self.temperature)
@@ -331,6 +353,52 @@ class AdaptiveControl(StepControl):
         self.window_start = engine.t
         engine.virial.reset()
         engine.rest_auxiliary()
+
+    def _unit_step(self, engine: ChainEngine) -> torch.Tensor | None:
+        """The per-coordinate step per unit of :math:`h` (``(C, D)``): the preconditioner."""
+        if self.algorithm != "psgld":
+            return self.fisher
+        average = engine.state.square_average
+        if average is None:
+            return None
+        return rmsprop_preconditioner(average["z"], self.options.epsilon)
+
+    def _bound_stiffest_direction(self, engine: ChainEngine) -> None:
+        r"""Cap :math:`h` at :math:`c_\lambda / \lambda_{\max}(P^{1/2} H P^{1/2})`.
+
+        Power iteration with Hessian-vector products by finite differences of the gradient on
+        the current minibatch, :math:`H u \approx (\nabla\tilde U(z + \delta u) -
+        \nabla\tilde U(z)) / \delta` with :math:`u = P^{1/2} v`, started from the previous
+        window's vector. Its Rayleigh quotient estimates the largest curvature in absolute
+        value (a minibatch Hessian's is larger than the full data's: the cap errs on the safe
+        side). The cap only ever lowers :math:`h`; a chain whose products are not finite keeps
+        its step.
+        """
+        unit = self._unit_step(engine)
+        if unit is None:
+            return
+        root = unit.sqrt()
+        tiny = torch.finfo(root.dtype).tiny
+        # posterior standard deviations from the diagonal curvature, to size the perturbation
+        deviation = (self.temperature / self.curvature.clamp_min(tiny)).sqrt()
+        if self.direction is None:
+            self.direction = engine.rademacher()
+        vector = self.direction
+        top = torch.zeros_like(self.top_curvature)
+        for _ in range(POWER_ITERATIONS):
+            vector = vector / vector.norm(dim=1, keepdim=True).clamp_min(tiny)
+            # no coordinate moves more than PERTURBATION posterior standard deviations
+            reach = (root * vector).abs() / deviation
+            delta = PERTURBATION / reach.amax(1, keepdim=True).clamp_min(tiny)
+            moved = engine.gradient_on_last_rows(engine.position + delta * root * vector)
+            product = root * (moved - engine.grad) / delta
+            finite = torch.isfinite(product).all(1, keepdim=True)
+            top = torch.where(finite, (product * vector).sum(1, keepdim=True).abs(), top)
+            vector = torch.where(finite, product, vector)
+        self.direction = vector
+        self.top_curvature = top
+        limit = STABILITY_BOUND[self.algorithm] / top.clamp_min(tiny)
+        self.step = torch.where(top > 0, torch.minimum(self.step, limit), self.step)
 
     @staticmethod
     def _site_cap(engine: ChainEngine, allowed: torch.Tensor) -> torch.Tensor:
@@ -368,7 +436,8 @@ class AdaptiveControl(StepControl):
         if engine.monitor.last_reason.startswith("a blow-up"):
             # one jump may be the minibatch's; a chain that blows up on consecutive steps has
             # too large a step (a curvature the probes did not see): during warm-up, shrink it
-            again = (engine.monitor.consecutive >= 2).reshape(-1, 1).to(mask.device)
+            again = torch.from_numpy(engine.monitor.consecutive >= 2).reshape(-1, 1)
+            again = again.to(mask.device)
             mask = mask & again
             if self.frozen or not bool(mask.any()):
                 return
@@ -427,7 +496,7 @@ class AdaptiveControl(StepControl):
     # ------------------------------------------------------------------ checkpoints
     _STATE = ("rate", "step", "window_start", "square", "count", "boost", "trend", "fisher",
               "curvature", "curvature_sum", "noise_sum", "probes", "frozen",
-              "window_diverged")  # fmt: skip
+              "window_diverged", "direction", "top_curvature")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         state = {

@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..errors import SamplerDivergedError
@@ -72,78 +73,89 @@ class BlowUpDetector:
         self.factor, self.minimum_jump = factor, minimum_jump
         self.decay, self.burn_in = decay, burn_in
         self.dimension = dimension
-        self.level = torch.zeros(num_chains, dtype=torch.float64)
-        self.spread = torch.zeros(num_chains, dtype=torch.float64)
-        self.lowest = torch.full((num_chains,), math.inf, dtype=torch.float64)
+        # (C,) float64 NumPy arrays: the bookkeeping runs on the host at every step, where a
+        # NumPy operation on a few numbers costs a fraction of a torch one
+        self.level = np.zeros(num_chains)
+        self.spread = np.zeros(num_chains)
+        self.lowest = np.full(num_chains, math.inf)
         self.count = 0
         self.pending_rebase = False
 
-    def blown_up(self, value: torch.Tensor) -> torch.Tensor:
+    def blown_up(self, value: Any) -> np.ndarray:
         """``(C,)`` mask of chains whose new potential ``value`` is a blow-up."""
-        value = value.detach().double().cpu()
+        value = _host(value)
         if self.count == 0:
-            return torch.zeros_like(self.level, dtype=torch.bool)
+            return np.zeros(self.level.shape, dtype=bool)
         growth = self._grown(value, self.lowest)
         if self.count < self.burn_in:
             # no scale yet: only a rise by orders of magnitude (a far too large first step)
             return growth | self._grown(value, self.level)
         return growth | self.exceeds(value - self.level)
 
-    def _grown(self, value: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    def _grown(self, value: np.ndarray, base: np.ndarray) -> np.ndarray:
         r"""A rise above ``base`` by more than ``BURN_IN_GROWTH`` times its size and
         ``TYPICAL_SET_MARGIN`` nats per coordinate (far beyond the typical set's
         :math:`D/2 \pm \sqrt{D/2}` above a mode): a slow, growing oscillation that the running
         level would follow."""
         floor = max(self.minimum_jump, TYPICAL_SET_MARGIN * self.dimension)
-        jump = (BURN_IN_GROWTH * base.abs()).clamp_min(floor)
-        return torch.isfinite(base) & (value - base > jump)
+        jump = np.maximum(BURN_IN_GROWTH * np.abs(base), floor)
+        return np.isfinite(base) & (value - base > jump)
 
-    def exceeds(self, rise: torch.Tensor) -> torch.Tensor:
+    def exceeds(self, rise: Any) -> np.ndarray:
         """``(C,)`` mask of rises of the potential beyond the blow-up threshold."""
-        jump = (self.factor * self.spread).clamp_min(self.minimum_jump)
-        return rise.detach().double().cpu() > jump
+        jump = np.maximum(self.factor * self.spread, self.minimum_jump)
+        return _host(rise) > jump
 
     def rebase(self) -> None:
         """Restart the level at the next accepted value (the spread is kept)."""
         self.pending_rebase = True
 
-    def accept(self, value: torch.Tensor, chains: torch.Tensor | None = None) -> None:
+    def accept(self, value: Any, chains: np.ndarray | None = None) -> None:
         """Record the accepted ``value`` (of the chains in the mask, if given)."""
-        value = value.detach().double().cpu()
+        value = _host(value)
+        if chains is not None:  # some chains diverged: update the others only
+            keep = _host(chains, bool)
+            before = (self.level, self.spread, self.lowest, self.count, self.pending_rebase)
+            self.accept(value)
+            self.level = np.where(keep, self.level, before[0])
+            self.spread = np.where(keep, self.spread, before[1])
+            self.lowest = np.where(keep, self.lowest, before[2])
+            return
         if self.pending_rebase:
-            keep = torch.ones_like(self.level, dtype=torch.bool) if chains is None else chains
-            self.level = torch.where(keep.cpu(), value, self.level)
-            self.lowest = torch.where(keep.cpu(), value, self.lowest)
+            self.level, self.lowest = value.copy(), value.copy()
             self.pending_rebase = False
             return
         if self.count == 0:
-            self.level = value.clone()
-        self.lowest = torch.minimum(self.lowest, value if chains is None else
-                                    torch.where(chains.cpu(), value, self.lowest))  # fmt: skip
+            self.level = value.copy()
+        self.lowest = np.minimum(self.lowest, value)
         weight = 1.0 / (self.count + 1) if self.count < self.burn_in else 1.0 - self.decay
-        spread = self.spread + weight * ((value - self.level).abs() - self.spread)
-        level = self.level + weight * (value - self.level)
-        if chains is None:
-            self.level, self.spread = level, spread
-        else:
-            keep = chains.cpu()
-            self.level = torch.where(keep, level, self.level)
-            self.spread = torch.where(keep, spread, self.spread)
+        deviation = value - self.level
+        self.spread = self.spread + weight * (np.abs(deviation) - self.spread)
+        self.level = self.level + weight * deviation
         self.count += 1
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "level": self.level,
-            "spread": self.spread,
-            "lowest": self.lowest,
+            "level": torch.from_numpy(self.level.copy()),
+            "spread": torch.from_numpy(self.spread.copy()),
+            "lowest": torch.from_numpy(self.lowest.copy()),
             "count": self.count,
             "pending_rebase": self.pending_rebase,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.level, self.spread, self.count = state["level"], state["spread"], state["count"]
-        self.lowest = state.get("lowest", torch.full_like(self.level, math.inf))
+        self.level, self.spread = _host(state["level"]), _host(state["spread"])
+        self.count = state["count"]
+        self.lowest = _host(state.get("lowest", np.full(self.level.shape, math.inf)))
         self.pending_rebase = state["pending_rebase"]
+
+
+def _host(values: Any, dtype: type = np.float64) -> np.ndarray:
+    """A ``(C,)`` tensor or array as a host NumPy array of ``dtype``."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().to("cpu", torch.float64 if dtype is np.float64 else torch.bool)
+        return values.numpy()
+    return np.asarray(values, dtype=dtype)
 
 
 class DivergenceMonitor:
@@ -175,12 +187,12 @@ class DivergenceMonitor:
         self.max_consecutive = max_consecutive
         self.algorithm = algorithm
         self.blow_up = blow_up
-        self.consecutive = torch.zeros(num_chains, dtype=torch.long)
+        self.consecutive = np.zeros(num_chains, dtype=np.int64)
         self.steps: list[list[int]] = [[] for _ in range(num_chains)]
         self.warmup_steps: list[int] = [0] * num_chains
         self.draw_diverged = torch.zeros(num_chains, dtype=torch.bool)
-        self.move_level = torch.ones(num_chains, dtype=torch.float64)
-        self.move_count = torch.zeros(num_chains, dtype=torch.long)
+        self.move_level = np.ones(num_chains)
+        self.move_count = np.zeros(num_chains, dtype=np.int64)
         self.last_bad_sites: list[str] = []
         self.last_step = 0
         self.last_reason = ""
@@ -192,24 +204,23 @@ class DivergenceMonitor:
         total = value + grad.sum(1) + position.sum(1)
         return ~torch.isfinite(total).cpu()
 
-    def _rising(self, value: torch.Tensor) -> torch.Tensor:
+    def _rising(self, value: np.ndarray) -> np.ndarray:
         """``(C,)`` mask of chains whose potential is more than :data:`RUNAWAY_RISE` typical
         deviations above its running level (all chains before the blow-up detector has a
         scale): a large move that leaves the potential where it was is the tail of the
         momentum's distribution, not an unstable step."""
         detector = self.blow_up
         if detector is None or detector.count < detector.burn_in:
-            return torch.ones(value.shape[0], dtype=torch.bool)
-        rise = value.detach().double().cpu() - detector.level
-        return rise > RUNAWAY_RISE * detector.spread
+            return np.ones(value.shape, dtype=bool)
+        return value - detector.level > RUNAWAY_RISE * detector.spread
 
-    def _update_move_level(self, largest: torch.Tensor, accepted: torch.Tensor) -> None:
+    def _update_move_level(self, largest: np.ndarray, accepted: np.ndarray) -> None:
         """Running level (geometric mean over about ten steps) of the largest move ratio."""
-        log = largest.clamp_min(1e-30).log()
+        log = np.log(np.maximum(largest, 1e-30))
         first = self.move_count == 0
-        level = torch.where(first, log, 0.9 * self.move_level.log() + 0.1 * log).exp()
-        self.move_level = torch.where(accepted, level, self.move_level)
-        self.move_count = self.move_count + accepted.long()
+        level = np.exp(np.where(first, log, 0.9 * np.log(self.move_level) + 0.1 * log))
+        self.move_level = np.where(accepted, level, self.move_level)
+        self.move_count = self.move_count + accepted
 
     def start_draw(self) -> None:
         self.draw_diverged.zero_()
@@ -246,48 +257,55 @@ class DivergenceMonitor:
         blow-up only if that rise is one too, so that a minibatch holding rows the chain fits
         badly (heavy-tailed data) is not mistaken for an unstable step.
         """
-        bad = self.non_finite(value, grad, position)
-        reason = "non-finite values"
-        self.runaway: torch.Tensor | None = None
+        summaries = [value.detach(), value.detach() + grad.sum(1) + position.sum(1)]
+        ratio = None
         if move is not None and move_variance is not None:
             ratio = move.square() / move_variance
-            largest = ratio.amax(1).detach().double().cpu()
-            limit = (RUNAWAY_GROWTH * self.move_level).clamp_min(RUNAWAY)
-            runaway = (largest > limit) & ~bad & (self.move_count > 0) & self._rising(value)
+            summaries.append(ratio.amax(1))
+        # one transfer to the host; the per-chain bookkeeping below is NumPy on C numbers
+        host = torch.stack(summaries).to("cpu", torch.float64).numpy()
+        level = host[0]
+        bad = ~np.isfinite(host[1])
+        reason = "non-finite values"
+        self.runaway: torch.Tensor | None = None
+        if ratio is not None:
+            largest = host[2]
+            limit = np.maximum(RUNAWAY_GROWTH * self.move_level, RUNAWAY)
+            runaway = (largest > limit) & ~bad & (self.move_count > 0) & self._rising(level)
             self._update_move_level(largest, ~(bad | runaway))
-            if bool(runaway.any()):
-                self.runaway = ratio > limit.to(ratio.device, ratio.dtype).reshape(-1, 1)
-                reason = "a runaway move" if not bool(bad.any()) else reason
+            if runaway.any():
+                bound = torch.as_tensor(limit, dtype=ratio.dtype, device=ratio.device)
+                self.runaway = ratio > bound.reshape(-1, 1)
+                reason = "a runaway move" if not bad.any() else reason
                 bad = bad | runaway
         if self.blow_up is not None and rebase:
             self.blow_up.rebase()
         elif self.blow_up is not None:
-            blown = self.blow_up.blown_up(value) & ~bad
-            if bool(blown.any()) and confirm is not None:
+            blown = self.blow_up.blown_up(level) & ~bad
+            if blown.any() and confirm is not None:
                 blown = blown & self.blow_up.exceeds(confirm())
-            if bool((blown & ~bad).any()):
-                reason = "a blow-up of the potential" if not bool(bad.any()) else reason
+            if blown.any():
+                reason = "a blow-up of the potential" if not bad.any() else reason
             bad = bad | blown
-        if not bool(bad.any()):
-            self.consecutive.zero_()
+        if not bad.any():
+            self.consecutive[:] = 0
             if self.blow_up is not None:
-                self.blow_up.accept(value)
+                self.blow_up.accept(level)
             return None
-        self._record(bad, value, grad, position, step, warmup, reason)
-        return bad
+        mask = torch.from_numpy(bad)
+        self._record(mask, level, grad, position, step, warmup, reason)
+        return mask
 
     def _record(self, bad, value, grad, position, step, warmup, reason) -> None:
         good = ~bad
-        self.consecutive = torch.where(
-            bad, self.consecutive + 1, torch.zeros_like(self.consecutive)
-        )
+        self.consecutive = np.where(bad.numpy(), self.consecutive + 1, 0)
         self.draw_diverged |= bad
         for c in bad.nonzero().flatten().tolist():
             self.steps[c].append(step)
             if warmup:
                 self.warmup_steps[c] += 1
         if self.blow_up is not None and bool(good.any()):
-            self.blow_up.accept(value, good)
+            self.blow_up.accept(value, good.numpy())
         self.last_step, self.last_reason = step, reason
         self._bad_values = (grad[bad], position[bad])
 
@@ -295,13 +313,13 @@ class DivergenceMonitor:
         """Raise :class:`~pyro_sgmcmc.SamplerDivergedError` when a chain has diverged
         ``max_consecutive`` steps in a row (the drivers attach the draws collected so far)."""
         stuck = self.consecutive >= self.max_consecutive
-        if not bool(stuck.any()):
+        if not stuck.any():
             return
         grad, position = self._bad_values
         sites = layout.sites_where(~torch.isfinite(grad)) or layout.sites_where(
             ~torch.isfinite(position)
         )
-        chains = [self.chain_ids[c] for c in stuck.nonzero().flatten().tolist()]
+        chains = [self.chain_ids[c] for c in np.flatnonzero(stuck).tolist()]
         raise SamplerDivergedError(
             f"{self.algorithm} diverged: chain(s) {chains} had {self.max_consecutive} divergent "
             f"steps in a row up to step {self.last_step} (last: {self.last_reason}"
@@ -322,21 +340,21 @@ class DivergenceMonitor:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "consecutive": self.consecutive.clone(),
+            "consecutive": torch.from_numpy(self.consecutive.copy()),
             "steps": [list(s) for s in self.steps],
             "warmup_steps": list(self.warmup_steps),
             "draw_diverged": self.draw_diverged.clone(),
-            "move_level": self.move_level.clone(),
-            "move_count": self.move_count.clone(),
+            "move_level": torch.from_numpy(self.move_level.copy()),
+            "move_count": torch.from_numpy(self.move_count.copy()),
             "blow_up": None if self.blow_up is None else self.blow_up.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.consecutive = state["consecutive"].clone()
+        self.consecutive = np.asarray(state["consecutive"], dtype=np.int64).copy()
         self.steps = [list(s) for s in state["steps"]]
         self.warmup_steps = list(state["warmup_steps"])
         self.draw_diverged = state["draw_diverged"].clone()
-        self.move_level = state["move_level"].clone()
-        self.move_count = state["move_count"].clone()
+        self.move_level = _host(state["move_level"])
+        self.move_count = np.asarray(state["move_count"], dtype=np.int64).copy()
         if self.blow_up is not None and state["blow_up"] is not None:
             self.blow_up.load_state_dict(state["blow_up"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -32,10 +33,14 @@ class FlatLayout:
         """The site names, in order."""
         return tuple(self.shapes)
 
-    @property
+    @cached_property
     def sizes(self) -> list[int]:
         """Number of coordinates of each site."""
         return [math.prod(shape) for shape in self.shapes.values()]
+
+    @cached_property
+    def _items(self) -> tuple[tuple[str, torch.Size], ...]:
+        return tuple(self.shapes.items())
 
     @property
     def dimension(self) -> int:
@@ -52,8 +57,8 @@ class FlatLayout:
         parts = flat.split(self.sizes, dim=-1)
         lead = flat.shape[:-1]
         return {
-            name: part.reshape((*lead, *shape))
-            for (name, shape), part in zip(self.shapes.items(), parts, strict=True)
+            name: part.reshape(lead + shape)
+            for (name, shape), part in zip(self._items, parts, strict=True)
         }
 
     def sites_where(self, mask: torch.Tensor) -> list[str]:
