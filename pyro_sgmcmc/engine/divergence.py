@@ -248,7 +248,9 @@ class DivergenceMonitor:
         far from equilibrium the drift dominates and the ratio is large but steady, which the
         running level absorbs; a growing oscillation multiplies it within a few steps. Once the
         blow-up detector has a scale, the potential must also have risen
-        (:data:`RUNAWAY_RISE` typical deviations above its level).
+        (:data:`RUNAWAY_RISE` typical deviations above its level). A flagged ratio becomes the
+        chain's level, so that the same move repeated from the restored state (a momentum
+        building up from rest far from equilibrium) is not flagged forever.
 
         ``rebase`` (the step also redrew the Gibbs-updated sites, which shifts the potential by
         an exact conditional draw) skips the blow-up test for this step and restarts the
@@ -271,11 +273,17 @@ class DivergenceMonitor:
         if ratio is not None:
             largest = host[2]
             limit = np.maximum(RUNAWAY_GROWTH * self.move_level, RUNAWAY)
-            runaway = (largest > limit) & ~bad & (self.move_count > 0) & self._rising(level)
+            runaway = largest > limit
+            if runaway.any():  # rare: the other conditions only then
+                runaway &= ~bad & (self.move_count > 0) & self._rising(level)
             self._update_move_level(largest, ~(bad | runaway))
             if runaway.any():
                 bound = torch.as_tensor(limit, dtype=ratio.dtype, device=ratio.device)
                 self.runaway = ratio > bound.reshape(-1, 1)
+                # the level takes the flagged ratio: a repeat of the same move from the restored
+                # state (a momentum building up from rest, far from equilibrium) is not flagged
+                # again, a growing oscillation is within a few steps
+                self.move_level = np.where(runaway, largest, self.move_level)
                 reason = "a runaway move" if not bad.any() else reason
                 bad = bad | runaway
         if self.blow_up is not None and rebase:
