@@ -51,6 +51,16 @@ __all__ = [
 
 ArgumentKey = int | str
 
+#: How many rows the set-up runs of a model evaluate (:meth:`DataPlate.bind_for_setup`).
+SETUP_ROWS = 64
+#: How many leading rows of the data the first probe of the indexed idiom keeps.
+_PROBE_ROWS = 3
+
+
+def spread_rows(count: int, num_data: int, device: torch.device | None = None) -> torch.Tensor:
+    """``count`` row indices spread evenly over ``num_data`` rows, the first and last included."""
+    return torch.arange(count, device=device) * (num_data - 1) // max(count - 1, 1)
+
 
 class _ScalePlate(Messenger):
     """Multiply the log-density scale of every site inside the plate ``name`` by ``factor`` and,
@@ -138,14 +148,25 @@ class DataPlate:
     def bind_for_setup(
         self, model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]
     ) -> tuple[Callable[..., Any], tuple, dict[str, Any]]:
-        """The model on all rows, or -- for a plate that subsamples itself, which Pyro's
-        ``initialize_model`` refuses -- on its first ``subsample_size`` rows."""
-        if self.subsample_size is None:
-            return model, args, dict(kwargs)
+        """The model on the rows that set-up runs (Pyro's ``initialize_model``, the discovery
+        of Gibbs blocks) evaluate: for a plate that subsamples itself, which
+        ``initialize_model`` refuses, its first ``subsample_size`` rows; else
+        :data:`SETUP_ROWS` rows spread over the data (all rows if there are no more).
+
+        The latent sites are global (the data-plate contract), so these runs give them the
+        same distributions and draw the same values as runs on all rows, at the cost of a few
+        rows.
+        """
         device = next(
             (v.device for _, _, v in _named(args, kwargs) if isinstance(v, torch.Tensor)), None
         )
-        return self.bind(model, args, kwargs, torch.arange(self.subsample_size, device=device))
+        if self.subsample_size is not None:
+            rows = torch.arange(self.subsample_size, device=device)
+        elif self.num_data > SETUP_ROWS:
+            rows = spread_rows(SETUP_ROWS, self.num_data, device)
+        else:
+            return model, args, dict(kwargs)
+        return self.bind(model, args, kwargs, rows)
 
     def _bind_indexed(self, model: Callable[..., Any], rows: torch.Tensor) -> Callable[..., Any]:
         size = self.subsample_size
@@ -204,7 +225,8 @@ class ModelStructure:
     observed_sites:
         Observed sites that sit inside the data plate.
     trace:
-        A trace of the model on the full data with latent values drawn from the prior.
+        A trace of the model on the full data with latent values drawn from the prior (the one
+        run of the model on all rows that :func:`inspect_model` makes).
     model:
         The model to run: the given one, or it wrapped in :class:`GlobalSitesFirst`.
     """
@@ -276,8 +298,13 @@ def inspect_model(
     kwargs: Mapping[str, Any],
     plate_name: str = "data",
     data_args: Sequence[ArgumentKey] | None = None,
+    *,
+    stop_early: bool = False,
 ) -> ModelStructure:
-    """Trace ``model`` once, find its data plate's idiom and check the contract.
+    """Trace ``model`` once on all rows, find its data plate's idiom and check the contract.
+
+    The plate's size and the sites are read from that trace; the idiom is found on probes of
+    two or three rows (:func:`find_data_plate`).
 
     Parameters
     ----------
@@ -288,6 +315,11 @@ def inspect_model(
     data_args:
         For a plate sized from the data (idiom (a)): the positions or names of the arguments to
         slice to a minibatch; default: every tensor argument whose leading size is :math:`N`.
+    stop_early:
+        Stop a ``PyroModule`` at its first weight drawn inside the data plate and trace it
+        wrapped in :class:`GlobalSitesFirst` at once, rather than after a run on all the data.
+        The random draws then differ from a full run's: for callers that fork torch's
+        generator around this call.
 
     Raises
     ------
@@ -297,10 +329,15 @@ def inspect_model(
         no latent or no observed site, a call is missing the observations, or the model cannot
         be restricted to a minibatch by any of the three idioms.
     """
-    model, trace = _trace_global_sites_first(model, args, kwargs, plate_name)
-    _plate_site(trace, plate_name)
+    model, trace = _trace_global_sites_first(model, args, kwargs, plate_name, stop_early)
+    fn = _plate_site(trace, plate_name)["fn"]
     latent, observed = _classify_sites(trace, plate_name)
-    plate = find_data_plate(model, args, kwargs, plate_name, _latent_values(trace), data_args)
+    latents = _latent_values(trace)
+    if fn.subsample_size is not None and fn.subsample_size < fn.size:
+        # a plate that subsamples itself draws its rows on every run: run it again (on those
+        # rows only), as find_data_plate does, so that the random draws that follow stay the same
+        fn = _traced_plate(model, args, kwargs, plate_name, latents)
+    plate = _data_plate(model, args, kwargs, plate_name, fn, latents, data_args)
     return ModelStructure(tuple(latent), plate, tuple(observed), trace, model)
 
 
@@ -315,26 +352,58 @@ def with_global_sites(
         return _trace_global_sites_first(model, args, kwargs, plate_name)[0]
 
 
+class _LatentInPlate(Exception):
+    """A latent site was drawn inside the data plate (raised by :class:`_StopAtLatentInPlate`)."""
+
+
+class _StopAtLatentInPlate(Messenger):
+    """Stop a model at its first latent site inside the plate ``name``."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def _pyro_post_sample(self, msg) -> None:
+        if not msg["is_observed"] and not site_is_subsample(msg) and _in_plate(msg, self.name):
+            raise _LatentInPlate
+
+
+def _trace(model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> Trace:
+    return poutine.trace(model).get_trace(*args, **kwargs)
+
+
 def _trace_global_sites_first(
-    model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any], plate_name: str
+    model: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    plate_name: str,
+    stop_early: bool = False,
 ) -> tuple[Callable[..., Any], Trace]:
     """A trace of ``model`` from its prior, and the model to use: a ``PyroModule`` whose
     ``PyroSample`` weights are first touched inside the data plate (they then land in the plate,
-    or break the layer's shapes) is wrapped in :class:`GlobalSitesFirst`."""
+    or break the layer's shapes) is wrapped in :class:`GlobalSitesFirst` (with ``stop_early``,
+    as soon as the first such weight is drawn; see :func:`inspect_model`)."""
     if not isinstance(model, PyroModule):
-        return model, poutine.trace(model).get_trace(*args, **kwargs)
+        return model, _trace(model, args, kwargs)
+    wrapped = GlobalSitesFirst(model)
     try:
-        trace = poutine.trace(model).get_trace(*args, **kwargs)
-    except (RuntimeError, ValueError, IndexError, TypeError) as error:
-        wrapped = GlobalSitesFirst(model)
+        trace = _trace(
+            _StopAtLatentInPlate(plate_name)(model) if stop_early else model, args, kwargs
+        )
+    except _LatentInPlate:
         try:
-            return wrapped, poutine.trace(wrapped).get_trace(*args, **kwargs)
+            return wrapped, _trace(wrapped, args, kwargs)
+        except Exception:
+            # the wrapped model fails too: raise what the run without stopping raises
+            return _trace_global_sites_first(model, args, kwargs, plate_name)
+    except (RuntimeError, ValueError, IndexError, TypeError) as error:
+        try:
+            return wrapped, _trace(wrapped, args, kwargs)
         except (RuntimeError, ValueError, IndexError, TypeError):
             raise error from None
     if not _latent_in_plate(trace, plate_name):
         return model, trace
-    wrapped = GlobalSitesFirst(model)
-    return wrapped, poutine.trace(wrapped).get_trace(*args, **kwargs)
+    return wrapped, _trace(wrapped, args, kwargs)
 
 
 def find_data_plate(
@@ -353,11 +422,28 @@ def find_data_plate(
     ModelContractError
         If there is no plate ``plate_name`` or no idiom restricts the model to a minibatch.
     """
+    fn = _traced_plate(model, args, kwargs, plate_name, latents)
+    return _data_plate(model, args, kwargs, plate_name, fn, latents, data_args)
+
+
+def _traced_plate(
+    model: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    plate_name: str,
+    latents: Mapping[str, torch.Tensor],
+) -> Any:
+    """The plate's ``_Subsample`` distribution in a trace of ``model`` at ``latents``."""
     with torch.no_grad():
         trace = poutine.trace(poutine.condition(model, data=dict(latents))).get_trace(
             *args, **kwargs
         )
-    fn = _plate_site(trace, plate_name)["fn"]
+    return _plate_site(trace, plate_name)["fn"]
+
+
+def _data_plate(model, args, kwargs, plate_name, fn, latents, data_args) -> DataPlate:
+    """The :class:`DataPlate` of a model whose plate ``plate_name`` is ``fn`` (its
+    ``_Subsample`` distribution): the size checked against the data, the idiom probed."""
     num_data = int(fn.size)
     if num_data < 1:
         raise ModelContractError(f"the data plate {plate_name!r} has size {num_data}: no data")
@@ -387,11 +473,7 @@ def plate_chunks(
         If there is no plate ``plate_name``, or chunks are needed and no idiom restricts the
         model to them.
     """
-    with torch.no_grad():
-        trace = poutine.trace(poutine.condition(model, data=dict(latents))).get_trace(
-            *args, **kwargs
-        )
-    fn = _plate_site(trace, plate_name)["fn"]
+    fn = _traced_plate(model, args, kwargs, plate_name, latents)
     num_rows, own = int(fn.size), fn.subsample_size
     limit = min(chunk_size or num_rows, own or num_rows)
     if limit >= num_rows:
@@ -512,19 +594,29 @@ def _find_idiom(
     model, args, kwargs, plate_name, num_data, subsample_size, latents, data_args
 ) -> DataPlate:
     """Which idiom restricts the model to a minibatch: the plate's indices (b, c), or sliced
-    data arguments (a); checked on a two-row probe (or the model's own minibatch size)."""
+    data arguments (a); checked on a two-row probe (or the model's own minibatch size).
+
+    The plate's indices are first tried on the data cut to its first rows
+    (:func:`_leading_rows`), so that a model of idiom (a), which ignores them, fails on three
+    rows rather than on all :math:`N`; if that fails and slicing does too, on all the data.
+    """
     size = subsample_size or 2
     if num_data < 2 and subsample_size is None:
         return DataPlate(plate_name, num_data)
-    probe = torch.arange(size) * (num_data - 1) // max(size - 1, 1)
+    probe = spread_rows(size, num_data)
     indexed = DataPlate(plate_name, num_data, "indexed", subsample_size)
-    if _follows(indexed, model, args, kwargs, probe, latents):
-        return indexed
-    if subsample_size is None:
-        keys = tuple(data_args) if data_args is not None else _row_arguments(args, kwargs, num_data)
-        sliced = DataPlate(plate_name, num_data, "sliced", None, keys)
-        if keys and _follows(sliced, model, args, kwargs, probe, latents):
-            return sliced
+    keys = tuple(data_args) if data_args is not None else _row_arguments(args, kwargs, num_data)
+    candidates = [indexed]
+    if subsample_size is None and keys:
+        candidates.append(DataPlate(plate_name, num_data, "sliced", None, keys))
+    first = _leading_rows(args, kwargs, keys, num_data) if len(candidates) > 1 else None
+    if first is not None:
+        if _follows_on(indexed, model, first, latents):
+            return indexed
+        candidates.reverse()  # not on three rows: slicing next, the indices on all rows last
+    for plate in candidates:
+        if _follows(plate, model, args, kwargs, probe, latents):
+            return plate
     raise ModelContractError(
         f"the model cannot be restricted to a minibatch of the plate {plate_name!r}: neither by "
         "conditioning the plate's indices (`with pyro.plate(name, N) as idx: ... obs=y[idx]`) "
@@ -540,6 +632,28 @@ def _row_arguments(args, kwargs, num_data) -> tuple[ArgumentKey, ...]:
         for key, _, value in _named(args, kwargs)
         if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == num_data
     )
+
+
+def _leading_rows(
+    args: tuple, kwargs: Mapping[str, Any], keys: tuple[ArgumentKey, ...], num_data: int
+) -> tuple[tuple, dict[str, Any], torch.Tensor] | None:
+    """The arguments with the data ones (``keys`` with :math:`N` rows) cut to their first
+    :data:`_PROBE_ROWS` rows, and two of those rows to condition the plate on; ``None`` when
+    that cuts nothing."""
+    cut = set(keys) & set(_row_arguments(args, kwargs, num_data))
+    if num_data <= _PROBE_ROWS or not cut:
+        return None
+    args = tuple(v[:_PROBE_ROWS] if i in cut else v for i, v in enumerate(args))
+    kwargs = {k: v[:_PROBE_ROWS] if k in cut else v for k, v in kwargs.items()}
+    return args, kwargs, spread_rows(2, _PROBE_ROWS)
+
+
+def _follows_on(plate: DataPlate, model, probe: tuple, latents) -> bool:
+    """:func:`_follows` on ``probe`` (``args, kwargs, rows``); any error is a no."""
+    try:
+        return _follows(plate, model, *probe, latents)
+    except Exception:
+        return False
 
 
 def _latent_values(trace: Trace) -> dict[str, torch.Tensor]:

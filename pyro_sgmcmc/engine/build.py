@@ -252,8 +252,12 @@ def _check_data_dtypes(args: tuple, kwargs: Mapping[str, Any], dtype: torch.dtyp
 
 
 def _inspect(model, args, kwargs, settings: SamplerSettings) -> ModelStructure:
+    """The model's structure (its one run on all rows; run under a forked generator, so it may
+    stop a ``PyroModule`` early, see :func:`~pyro_sgmcmc.model_structure.inspect_model`)."""
     try:
-        return inspect_model(model, args, kwargs, settings.subsample_plate, settings.data_args)
+        return inspect_model(
+            model, args, kwargs, settings.subsample_plate, settings.data_args, stop_early=True
+        )
     except ModelContractError:
         raise
     except (IndexError, RuntimeError, TypeError) as error:
@@ -274,15 +278,15 @@ def resolve_gibbs_updates(
     structure: ModelStructure,
 ) -> list[GibbsUpdate]:
     """The Gibbs blocks: given, declared by the model (``model.gibbs_updates()``), or found in its
-    trace (``"auto"``); ``None`` for none. Their sites must be latent, and some latent site must
-    be left for the SG dynamics."""
+    trace (``"auto"``, :func:`find_gibbs_updates`); ``None`` for none. Their sites must be latent,
+    and some latent site must be left for the SG dynamics."""
     if spec is None:
         updates: list[GibbsUpdate] = []
     elif spec == "auto":
         factory = getattr(model, "gibbs_updates", None)
-        updates = list(factory() if callable(factory) else find_normal_gamma_updates(
-            model, *args, **kwargs
-        ))  # fmt: skip
+        updates = list(
+            factory() if callable(factory) else find_gibbs_updates(model, args, kwargs, structure)
+        )
     else:
         updates = list(spec)
     sites = {site for update in updates for site in update.sites}
@@ -292,6 +296,24 @@ def resolve_gibbs_updates(
     if updates and sites >= set(structure.latent_sites):
         raise ValueError("every latent site is Gibbs-updated: nothing is left for SG-MCMC")
     return updates
+
+
+def find_gibbs_updates(
+    model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any], structure: ModelStructure
+) -> list[GibbsUpdate]:
+    """The Normal-Gamma pairs of ``model`` (see
+    :func:`~pyro_sgmcmc.conjugate.find_normal_gamma_updates`), found on the set-up rows
+    (:meth:`~pyro_sgmcmc.model_structure.DataPlate.bind_for_setup`): the latent sites, between
+    which they are found, are the same on any rows.
+
+    A plate that subsamples itself runs as it is: it evaluates only its own subsample anyway,
+    and the draw of that subsample leaves torch's global generator (which this search uses,
+    unforked) in the state that later seeds expect.
+    """
+    plate = structure.plate
+    if plate.subsample_size is None:
+        model, args, kwargs = plate.bind_for_setup(model, args, kwargs)
+    return find_normal_gamma_updates(model, *args, **kwargs)
 
 
 def initial_values(
