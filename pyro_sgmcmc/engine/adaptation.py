@@ -366,13 +366,15 @@ class AdaptiveControl(StepControl):
     def _bound_stiffest_direction(self, engine: ChainEngine) -> None:
         r"""Cap :math:`h` at :math:`c_\lambda / \lambda_{\max}(P^{1/2} H P^{1/2})`.
 
-        Power iteration with Hessian-vector products by finite differences of the gradient on
-        the current minibatch, :math:`H u \approx (\nabla\tilde U(z + \delta u) -
-        \nabla\tilde U(z)) / \delta` with :math:`u = P^{1/2} v`, started from the previous
-        window's vector. Its Rayleigh quotient estimates the largest curvature in absolute
-        value (a minibatch Hessian's is larger than the full data's: the cap errs on the safe
-        side). The cap only ever lowers :math:`h`; a chain whose products are not finite keeps
-        its step.
+        Power iteration with Hessian-vector products by finite differences of the gradient,
+        :math:`H_S u \approx (\nabla\tilde U_S(z + \delta u) - \nabla\tilde U_S(z)) /
+        \delta` with :math:`u = P^{1/2} v`, each on a fresh minibatch :math:`S`, started from
+        the previous window's vector. The Rayleigh quotient :math:`v^\top H_S v` of a vector
+        chosen without :math:`S` is unbiased for :math:`v^\top H v` (those of the second half
+        of the iterations are averaged); on the minibatch that
+        chose :math:`v` it would be biased upwards (a minibatch Hessian's largest eigenvalue
+        exceeds the full data's: 2-8 times on the UCI and Fashion-MNIST networks). The cap only
+        ever lowers :math:`h`; a chain whose products are not finite keeps its step.
         """
         unit = self._unit_step(engine)
         if unit is None:
@@ -384,17 +386,21 @@ class AdaptiveControl(StepControl):
         if self.direction is None:
             self.direction = engine.rademacher()
         vector = self.direction
-        top = torch.zeros_like(self.top_curvature)
-        for _ in range(POWER_ITERATIONS):
+        quotients, counts = torch.zeros_like(self.top_curvature), torch.zeros_like(root[:, :1])
+        for iteration in range(POWER_ITERATIONS):
             vector = vector / vector.norm(dim=1, keepdim=True).clamp_min(tiny)
             # no coordinate moves more than PERTURBATION posterior standard deviations
             reach = (root * vector).abs() / deviation
             delta = PERTURBATION / reach.amax(1, keepdim=True).clamp_min(tiny)
-            moved = engine.gradient_on_last_rows(engine.position + delta * root * vector)
-            product = root * (moved - engine.grad) / delta
+            base, moved = engine.gradients_around_position(delta * root * vector)
+            product = root * (moved - base) / delta
             finite = torch.isfinite(product).all(1, keepdim=True)
-            top = torch.where(finite, (product * vector).sum(1, keepdim=True).abs(), top)
+            if 2 * iteration >= POWER_ITERATIONS:  # average the quotients of the second half
+                quotient = (product * vector).sum(1, keepdim=True).abs()
+                quotients = quotients + torch.where(finite, quotient, 0.0)
+                counts = counts + finite.to(counts.dtype)
             vector = torch.where(finite, product, vector)
+        top = quotients / counts.clamp_min(1.0)
         self.direction = vector
         self.top_curvature = top
         limit = STABILITY_BOUND[self.algorithm] / top.clamp_min(tiny)

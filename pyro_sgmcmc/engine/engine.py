@@ -313,6 +313,17 @@ class ChainEngine:
         _, grad = self.estimator(flat, self.fixed, self.rows)
         return grad
 
+    def gradients_around_position(self, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gradients at the current position and at ``position + shift`` on one fresh
+        minibatch per chain (on all rows for full-batch chains, whose gradient at the position
+        is the one already known), e.g. for a Hessian-vector product."""
+        if self.batches.full_batch:
+            return self.grad, self.gradient_on_last_rows(self.position + shift)
+        rows = self.batches.independent()
+        _, base = self.estimator(self.position, self.fixed, rows)
+        _, moved = self.estimator(self.position + shift, self.fixed, rows)
+        return base, moved
+
     def rademacher(self) -> torch.Tensor:
         """Random signs shaped like the position, each chain from its own generator."""
         like = self.position
