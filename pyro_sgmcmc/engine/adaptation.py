@@ -203,7 +203,6 @@ class AdaptiveControl(StepControl):
         self.offset = OffsetMeter(like)
         self.curvature: torch.Tensor | None = None
         self.direction: torch.Tensor | None = None
-        self.top_curvature = torch.zeros_like(column)
 
     # ------------------------------------------------------------------ what the engine reads
     @property
@@ -386,7 +385,7 @@ class AdaptiveControl(StepControl):
         if self.direction is None:
             self.direction = engine.rademacher()
         vector = self.direction
-        quotients, counts = torch.zeros_like(self.top_curvature), torch.zeros_like(root[:, :1])
+        quotients, counts = torch.zeros_like(root[:, :1]), torch.zeros_like(root[:, :1])
         for iteration in range(POWER_ITERATIONS):
             vector = vector / vector.norm(dim=1, keepdim=True).clamp_min(tiny)
             # no coordinate moves more than PERTURBATION posterior standard deviations
@@ -402,7 +401,6 @@ class AdaptiveControl(StepControl):
             vector = torch.where(finite, product, vector)
         top = quotients / counts.clamp_min(1.0)
         self.direction = vector
-        self.top_curvature = top
         limit = STABILITY_BOUND[self.algorithm] / top.clamp_min(tiny)
         self.step = torch.where(top > 0, torch.minimum(self.step, limit), self.step)
 
@@ -424,10 +422,9 @@ class AdaptiveControl(StepControl):
     def _psgld_step(self, engine: ChainEngine, allowed: torch.Tensor) -> torch.Tensor:
         r"""pSGLD's step: the largest :math:`h` with :math:`h G_i` within every coordinate's
         bound, :math:`G` being pSGLD's own RMSprop diagonal."""
-        average = engine.state.square_average
-        if average is None:
+        gain = self._unit_step(engine)
+        if gain is None:
             return self.step
-        gain = rmsprop_preconditioner(average["z"], self.options.epsilon)
         return (allowed / gain).amin(1, keepdim=True)
 
     def on_divergence(self, engine: ChainEngine, chains: torch.Tensor) -> None:
@@ -502,7 +499,7 @@ class AdaptiveControl(StepControl):
     # ------------------------------------------------------------------ checkpoints
     _STATE = ("rate", "step", "window_start", "square", "count", "boost", "trend", "fisher",
               "curvature", "curvature_sum", "noise_sum", "probes", "frozen",
-              "window_diverged", "direction", "top_curvature")  # fmt: skip
+              "window_diverged", "direction")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         state = {

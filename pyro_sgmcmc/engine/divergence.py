@@ -115,7 +115,7 @@ class BlowUpDetector:
         value = _host(value)
         if chains is not None:  # some chains diverged: update the others only
             keep = _host(chains, bool)
-            before = (self.level, self.spread, self.lowest, self.count, self.pending_rebase)
+            before = (self.level, self.spread, self.lowest)
             self.accept(value)
             self.level = np.where(keep, self.level, before[0])
             self.spread = np.where(keep, self.spread, before[1])
@@ -148,6 +148,11 @@ class BlowUpDetector:
         self.count = state["count"]
         self.lowest = _host(state.get("lowest", np.full(self.level.shape, math.inf)))
         self.pending_rebase = state["pending_rebase"]
+
+
+def _checksum(value: torch.Tensor, grad: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """``(C,)`` sums that are finite only if every potential, gradient and position entry is."""
+    return value + grad.sum(1) + position.sum(1)
 
 
 def _host(values: Any, dtype: type = np.float64) -> np.ndarray:
@@ -201,8 +206,7 @@ class DivergenceMonitor:
     def non_finite(value: torch.Tensor, grad: torch.Tensor, position: torch.Tensor):
         """``(C,)`` mask of chains with a non-finite potential, gradient or position (one
         reduction: a sum is finite only if every term is)."""
-        total = value + grad.sum(1) + position.sum(1)
-        return ~torch.isfinite(total).cpu()
+        return ~torch.isfinite(_checksum(value, grad, position)).cpu()
 
     def _rising(self, value: np.ndarray) -> np.ndarray:
         """``(C,)`` mask of chains whose potential is more than :data:`RUNAWAY_RISE` typical
@@ -259,7 +263,7 @@ class DivergenceMonitor:
         blow-up only if that rise is one too, so that a minibatch holding rows the chain fits
         badly (heavy-tailed data) is not mistaken for an unstable step.
         """
-        summaries = [value.detach(), value.detach() + grad.sum(1) + position.sum(1)]
+        summaries = [value.detach(), _checksum(value.detach(), grad, position)]
         ratio = None
         if move is not None and move_variance is not None:
             ratio = move.square() / move_variance
