@@ -16,13 +16,21 @@ autograd. :class:`FunctionalPotential` evaluates it for ``C`` chains in one call
 one call per chain when the model's code cannot be vectorised (e.g. Python control flow on a
 sampled value), and to the trace path, with a one-line notice, if the set of sites changes
 between calls. Its values and gradients equal the trace path's (tested).
+
+The usual prior of a Bayesian network, a ``Normal`` with constant parameters on every weight
+(``PyroSample(dist.Normal(0, s).expand(shape).to_event(...))``), is taken out of the autograd
+graph: :class:`GaussianPrior` adds its potential and gradient in closed form on the flat
+position, one fused pass over the weights instead of a graph of element-wise operations whose
+backward pass costs as much as a layer. The handler checks at every call that each such site is
+still drawn from the very distribution object it was found with (a ``PyroSample`` prior is
+stored on the module, so it is), and gives the closed form up for good otherwise.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyro
@@ -33,16 +41,21 @@ from pyro.poutine.subsample_messenger import _Subsample
 from torch.distributions import Independent, Normal
 
 from .errors import SamplerWarning
+from .graph_capture import CapturedGraph
 from .model_structure import DataPlate
 from .potentials import Potential, TracePotential
 
-__all__ = ["FunctionalPotential", "LogDensity", "StructureChanged"]
+__all__ = ["FunctionalPotential", "GaussianPrior", "LogDensity", "StructureChanged"]
 
 TensorDict = dict[str, torch.Tensor]
 
 
 class StructureChanged(RuntimeError):
     """The model visited other sample sites than on the first call."""
+
+
+class PriorChanged(Exception):
+    """A site whose prior is added in closed form was drawn from another distribution."""
 
 
 class LogDensity(Messenger):
@@ -61,11 +74,18 @@ class LogDensity(Messenger):
     expected:
         The names of the sample sites the model must visit, in order; anything else raises
         :class:`StructureChanged`.
+    analytic:
+        Latent sites whose log-density the caller adds in closed form, each with the
+        distribution object it must be drawn from (else :class:`PriorChanged` is raised); they
+        add nothing to :attr:`total`.
 
     Attributes
     ----------
     total:
         :math:`\sum_{\text{sites}} \text{scale} \cdot \log p`, after the model ran.
+    priors:
+        The distribution of each latent site drawn with scale 1, no mask and outside every
+        plate (candidates for the closed form), after the model ran.
     """
 
     def __init__(
@@ -74,10 +94,13 @@ class LogDensity(Messenger):
         plate: DataPlate,
         rows: torch.Tensor | None,
         expected: tuple[str, ...] | None = None,
+        analytic: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.values, self.plate, self.rows = values, plate, rows
         self.expected = expected
+        self.analytic = analytic or {}
+        self.priors: dict[str, Any] = {}
         self.visited: list[str] = []
         self.total: torch.Tensor | float = 0.0
         self.factor, self.keep = 1.0, None
@@ -114,6 +137,19 @@ class LogDensity(Messenger):
             len(self.visited) > len(expected) or expected[len(self.visited) - 1] != name
         ):
             raise StructureChanged(f"sample site {name!r} where the first call had another")
+        scale = msg["scale"]
+        plain = (
+            isinstance(scale, float | int)
+            and scale == 1.0
+            and msg["mask"] is None
+            and not msg["cond_indep_stack"]
+        )
+        if name in self.analytic:
+            if msg["fn"] is not self.analytic[name] or not plain:
+                raise PriorChanged(name)
+            return  # added in closed form by the caller
+        if plain and name in self.values:
+            self.priors[name] = msg["fn"]
         self.total = self.total + self._weighted_log_prob(msg)
 
     def _weighted_log_prob(self, msg: dict[str, Any]) -> torch.Tensor:
@@ -163,6 +199,70 @@ class FunctionalPotential(Potential):
         self.data_keys = plate.data_args if plate.mode == "sliced" else ()
         self.vectorized = True
         self.fallback: TracePotential | None = None
+        #: The closed-form Gaussian prior: ``None`` until the first call has found the priors,
+        #: ``False`` where there is none (or it was given up).
+        self.gaussian_prior: GaussianPrior | bool | None = None
+        self._analytic: Mapping[str, Any] = {}
+        self._found_priors: dict[str, Any] = {}
+        self._first_priors: dict[str, Any] | None = None
+        self.captured: CapturedGraph | None = CapturedGraph(self._eager_value_and_grad)
+
+    def compile(self) -> None:
+        self.gaussian_prior = False  # the compiled graph takes the whole log joint
+        self.captured = None
+        super().compile()
+
+    def value_and_grad(
+        self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`Potential.value_and_grad`, replayed from a recorded graph
+        (:class:`~pyro_sgmcmc.graph_capture.CapturedGraph`) once the first call has found the
+        model's sites and priors; eager where the model cannot be recorded."""
+        captured = self.captured
+        if captured is not None and self.gaussian_prior is not None and self.fallback is None:
+            decided = (self.vectorized, self.gaussian_prior)
+            result = captured(flat, fixed, rows)
+            if result is not None:
+                return result
+            self.vectorized, self.gaussian_prior = decided  # a failed recording decides nothing
+        return self._eager_value_and_grad(flat, fixed, rows)
+
+    def _eager_value_and_grad(
+        self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Autograd through the handler, with the Gaussian priors of the moving sites
+        (:class:`GaussianPrior`) in closed form once the first call has found them."""
+        prior = self.gaussian_prior
+        if prior is None or prior is False or self.fallback is not None:
+            value, grad = super().value_and_grad(flat, fixed, rows)
+            if prior is None:
+                self._decide_gaussian_prior(flat)
+            return value, grad
+        self._analytic = prior.sites
+        try:
+            value, grad = super().value_and_grad(flat, fixed, rows)
+        except PriorChanged:
+            self._analytic, self.gaussian_prior = {}, False  # e.g. a prior built at every call
+            return super().value_and_grad(flat, fixed, rows)
+        finally:
+            self._analytic = {}
+        prior_value, prior_grad = prior(flat)
+        return value + prior_value, grad.add_(prior_grad)
+
+    def _decide_gaussian_prior(self, like: torch.Tensor) -> None:
+        """After the first two calls: the closed form for the sites drawn from the very same
+        distribution object in both (a ``PyroSample`` prior stored on the module; a prior
+        built at every call, e.g. from another latent value, is never the same object)."""
+        seen, self._found_priors = self._found_priors, {}
+        if self._first_priors is None:
+            self._first_priors = seen
+            return
+        same = {name: fn for name, fn in seen.items() if self._first_priors.get(name) is fn}
+        self._first_priors = {}
+        prior = GaussianPrior.find(same, self.layout, self.non_identity)
+        if prior is not None:
+            prior.move_to(like)
+        self.gaussian_prior = prior or False
 
     @property
     def max_rows(self) -> int:
@@ -194,12 +294,16 @@ class FunctionalPotential(Potential):
     def _chain_by_chain(self, constrained, rows) -> torch.Tensor:
         sliced = self._sliced(rows)
         num_chains = next(iter(constrained.values())).shape[0]
+        # unbind, not indexing: one backward node per site, not one full-size copy per chain
+        values = {name: _chains(value) for name, value in constrained.items()}
+        chain_rows = [None] * num_chains if rows is None else _chains(rows)
+        chain_data = [_chains(d) for d in sliced]
         return torch.stack(
             [
                 self._one_chain(
-                    {name: value[c] for name, value in constrained.items()},
-                    None if rows is None else rows[c],
-                    tuple(d[c] for d in sliced),
+                    {name: value[c] for name, value in values.items()},
+                    chain_rows[c],
+                    tuple(d[c] for d in chain_data),
                 )
                 for c in range(num_chains)
             ]
@@ -216,9 +320,11 @@ class FunctionalPotential(Potential):
         self, params: TensorDict, rows: torch.Tensor | None, data: tuple
     ) -> torch.Tensor:
         args, kwargs = self._arguments(data)
-        handler = LogDensity(params, self.plate, rows, self.sites)
+        handler = LogDensity(params, self.plate, rows, self.sites, self._analytic)
         with handler:
             self.model(*args, **kwargs)
+        if self.gaussian_prior is None:
+            self._found_priors = handler.priors
         if self.sites is None:
             self.sites = tuple(handler.visited)
         elif len(handler.visited) != len(self.sites):
@@ -269,7 +375,120 @@ class FunctionalPotential(Potential):
         )
 
 
+def _chains(value: torch.Tensor) -> Sequence[torch.Tensor]:
+    """The chains of a ``(C, ...)`` tensor, as views whose backward pass copies nothing for
+    ``C = 1`` (a squeeze) and one stack otherwise (an unbind)."""
+    return (value.squeeze(0),) if value.shape[0] == 1 else value.unbind(0)
+
+
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
+
+
+class GaussianPrior:
+    r"""The potential of constant Gaussian priors on moving sites, in closed form on the flat
+    position.
+
+    For the coordinates :math:`j` of the covered sites, with prior
+    :math:`\theta_j \sim \mathcal N(\mu_j, \sigma_j^2)` (constants) and
+    :math:`\lambda_j = \sigma_j^{-2}`,
+
+    .. math::
+
+        U_0(\theta) = \tfrac12 \sum_j \lambda_j (\theta_j - \mu_j)^2
+                      + \sum_j \big(\log\sigma_j + \tfrac12 \log 2\pi\big), \qquad
+        \nabla_{\theta_j} U_0 = \lambda_j (\theta_j - \mu_j),
+
+    and nothing for the other coordinates (:math:`\lambda_j = 0`). A site is covered when it
+    is unconstrained (identity transform), drawn with scale 1, no mask and outside every plate,
+    from a ``Normal`` (possibly ``expand``-ed and ``to_event``-ed) whose ``loc`` and ``scale``
+    do not depend on other latent values and whose shape is the site's.
+
+    Attributes
+    ----------
+    sites:
+        The covered sites and the distribution object each is drawn from.
+
+    Notes
+    -----
+    The drivers find it after two calls of the model: a site is a candidate only if both drew
+    it from the same distribution object, so its parameters cannot depend on latent values.
+    """
+
+    def __init__(
+        self,
+        sites: Mapping[str, Any],
+        loc: torch.Tensor | None,
+        precision: torch.Tensor | float,
+        log_normaliser: torch.Tensor | float,
+    ) -> None:
+        self.sites = dict(sites)
+        self.loc, self.precision, self.log_normaliser = loc, precision, log_normaliser
+        self._like: tuple[torch.dtype, torch.device] | None = None
+
+    @classmethod
+    def find(
+        cls, priors: Mapping[str, Any], layout: Any, non_identity: Mapping[str, Any]
+    ) -> GaussianPrior | None:
+        """The closed form for the sites of ``layout`` whose prior in ``priors`` (site ->
+        distribution, as the model drew them) qualifies; ``None`` if none does."""
+        covered, locs, scales = {}, [], []
+        for name, shape in layout.shapes.items():
+            fn = priors.get(name)
+            found = None if fn is None or name in non_identity else _normal_parameters(fn, shape)
+            if found is not None:
+                covered[name] = fn
+            size = math.prod(shape)
+            if found is None:  # not covered: precision 0, no normaliser
+                found = (torch.zeros(()), torch.full((), math.inf))
+            loc, scale = (part.detach().to("cpu", torch.float64) for part in found)
+            locs.append(loc.expand(shape).reshape(size))
+            scales.append(scale.expand(shape).reshape(size))
+        if not covered:
+            return None
+        loc, scale = torch.cat(locs), torch.cat(scales)
+        precision = scale.square().reciprocal()  # 0 where a site is not covered
+        kept = torch.isfinite(scale)
+        log_normaliser = (scale[kept].log() + _HALF_LOG_TWO_PI).sum()
+        if bool((loc == 0).all()):
+            loc = None
+        if bool((precision == precision[0]).all()):
+            precision = float(precision[0])
+        return cls(covered, loc, precision, log_normaliser)
+
+    def __call__(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:math:`U_0` and :math:`\nabla U_0` of ``(C, D)`` positions (the gradient may be
+        ``flat`` itself: for a standard normal prior it is the position)."""
+        if self._like != (flat.dtype, flat.device):
+            self.move_to(flat)
+        loc, precision = self.loc, self.precision
+        centred = flat if loc is None else flat - loc
+        grad = centred if isinstance(precision, float) and precision == 1.0 else centred * precision
+        value = 0.5 * (centred * grad).sum(-1)
+        return value + self.log_normaliser, grad
+
+    def move_to(self, like: torch.Tensor) -> None:
+        """Keep the constants in the dtype and on the device of ``like`` (positions)."""
+        for name in ("loc", "precision", "log_normaliser"):
+            value = getattr(self, name)
+            if isinstance(value, torch.Tensor):
+                setattr(self, name, value.to(like))
+        self._like = (like.dtype, like.device)
+
+
+def _normal_parameters(fn: Any, shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(loc, scale)`` of a ``Normal`` prior (through ``Independent`` wrappers) whose parameters
+    are constants and whose batch and event shapes make up ``shape``; else ``None``."""
+    if tuple(fn.batch_shape) + tuple(fn.event_shape) != tuple(shape):
+        return None
+    base = fn
+    while isinstance(base, Independent):
+        base = base.base_dist
+    if type(base) not in (Normal, dist.Normal):
+        return None
+    loc, scale = base.loc, base.scale
+    if loc.requires_grad or scale.requires_grad:
+        return None  # it depends on values being differentiated
+    return loc, scale
 
 
 def site_log_prob(fn: Any, value: torch.Tensor) -> torch.Tensor:

@@ -226,7 +226,8 @@ class ClosedFormPotential(Potential):
         log_joint, grads = self.model.log_joint_and_gradient(
             params, rows, *self.args, **self.kwargs
         )
-        return (log_joint + log_det).neg_(), self.layout.flatten(grads).neg_()
+        value = log_joint.neg_() if isinstance(log_det, float) else (log_joint + log_det).neg_()
+        return value, self.layout.flatten(grads).neg_()
 
 
 class LogJointPotential(Potential):

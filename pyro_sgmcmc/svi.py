@@ -35,8 +35,15 @@ plain torch by :func:`~pyro_sgmcmc.flipout.mean_field_negative_elbo` (the same e
 ``TraceMeanField_ELBO``, 3.5 times faster for the demo's 1-10-10-1 network); any other model or
 guide goes through Pyro's ELBO on the conditioned model. ``estimator="local_reparameterization"``
 (Kingma, Salimans & Welling 2015) or ``"flipout"`` (Wen et al. 2018) give every example of the
-minibatch its own perturbation of the pre-activations: same expected loss, same guide parameters,
-much lower gradient variance for large minibatches (:mod:`pyro_sgmcmc.flipout`).
+minibatch its own perturbation of the pre-activations: same guide parameters, much lower
+gradient variance for large minibatches, same expected loss (for Flipout always, for local
+reparameterisation exactly for ``Linear`` layers, approximately for convolutions). They work for
+a ``BayesianMLP`` (its plain-torch path) and for any ``PyroModule`` whose latent weights and
+biases are ``PyroSample`` attributes of ``PyroModule[nn.Linear]`` / ``[nn.Conv1d]`` /
+``[nn.Conv2d]`` / ``[nn.Conv3d]`` layers, e.g. :class:`~pyro_sgmcmc.nn.LeNet5`: the model's own
+``forward`` runs under an effect handler that replaces each such layer's output by a per-example
+draw (:func:`~pyro_sgmcmc.flipout.module_negative_elbo`); its other latent sites are drawn by
+plain reparameterisation (:mod:`pyro_sgmcmc.flipout`).
 
 Starting point
 --------------
@@ -97,6 +104,7 @@ import torch
 from pyro import poutine
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from pyro.infer.autoguide import AutoNormal
+from pyro.nn import PyroModule
 from pyro.poutine.messenger import Messenger
 from torch.distributions import biject_to
 from tqdm.auto import tqdm
@@ -111,7 +119,14 @@ from ._validation import (
 from .engine.minibatch import Minibatcher
 from .engine.seeds import chain_generators, chain_seeds
 from .errors import SVIDivergedError
-from .flipout import check_estimator, guide_negative_elbo, layer_sites
+from .flipout import (
+    BayesianLayer,
+    _layer_negative_elbo,
+    check_estimator,
+    check_layer_model,
+    guide_negative_elbo,
+    layer_sites,
+)
 from .initialization import init_to_fan_in, real_support
 from .model_structure import DataPlate, check_finite_data, inspect_model, resolve_batch_size
 from .nn.mlp import BayesianMLP
@@ -565,15 +580,38 @@ def _step_loss(
     fast: bool,
     prior: ScaleMixtureParameters | None,
     prior_sites: tuple[str, ...],
+    layers: Mapping[str, BayesianLayer] | None = None,
 ) -> Callable[[torch.Tensor | None], torch.Tensor]:
     """``subsample -> loss`` of one optimisation step: Pyro's ELBO or the plain-torch one.
 
     ``fast`` (a BayesianMLP with the default AutoNormal guide) uses
     :func:`~pyro_sgmcmc.flipout.guide_negative_elbo` for every estimator; otherwise plain
-    reparameterisation goes through :func:`minibatch_elbo_loss` (any model and guide).
+    reparameterisation goes through :func:`minibatch_elbo_loss` (any model and guide), and the
+    per-example estimators on another ``PyroModule`` (its Bayesian ``layers``, from
+    :func:`~pyro_sgmcmc.flipout.check_layer_model`) through
+    :func:`~pyro_sgmcmc.flipout.module_negative_elbo`'s handler.
     """
     if not fast:
         target = model if prior is None else _SubstitutePrior(prior_sites, prior)(model)
+        if estimator != "reparameterization":
+            if not isinstance(guide, AutoNormal):
+                raise TypeError(
+                    f"estimator={estimator!r} needs the default AutoNormal guide, got "
+                    f"{type(guide).__name__}"
+                )
+            return functools.partial(
+                _layer_negative_elbo,
+                target,
+                layers,
+                guide,
+                args=args,
+                kwargs=kwargs,
+                plate=plate,
+                estimator=estimator,
+                num_particles=num_particles,
+                analytic_kl=analytic_kl,
+                generator=None,
+            )
 
         def pyro_loss(subsample: torch.Tensor | None) -> torch.Tensor:
             return minibatch_elbo_loss(
@@ -741,10 +779,14 @@ def fit_svi(
         minibatch, any model and guide), ``"local_reparameterization"`` (Kingma et al.
         2015) or ``"flipout"`` (Wen et al. 2018). The last two sample per-example
         pre-activations instead of one weight draw per minibatch, which lowers the variance of
-        the gradient; they need a :class:`~pyro_sgmcmc.nn.BayesianMLP` and the default
-        ``AutoNormal`` guide, whose parameters (loc and softplus scale per weight) they train, so
-        the result is used exactly as with plain reparameterisation. Same expected loss for
-        all three; see :mod:`pyro_sgmcmc.flipout`.
+        the gradient. They need the default ``AutoNormal`` guide, whose parameters (loc and
+        softplus scale per weight) they train, so the result is used exactly as with plain
+        reparameterisation, and either a :class:`~pyro_sgmcmc.nn.BayesianMLP` or a
+        ``PyroModule`` whose latent weights and biases are ``PyroSample`` attributes of
+        ``PyroModule[nn.Linear]`` or ``[nn.Conv1d/2d/3d]`` layers used through their
+        ``forward`` (e.g. :class:`~pyro_sgmcmc.nn.LeNet5`; its other latent sites are drawn by
+        plain reparameterisation). Same expected loss as plain reparameterisation (local
+        reparameterisation of a convolution: approximately); see :mod:`pyro_sgmcmc.flipout`.
     prior:
         ``None`` keeps the model's prior; ``"learnable_scale_mixture"`` or a
         :class:`LearnableScaleMixturePrior` puts a scale-mixture prior whose parameters are
@@ -788,9 +830,13 @@ def fit_svi(
         (learning rate too large); it names the step and keeps the losses so far.
     TypeError
         For a keyword argument that is neither an option nor a model parameter (e.g. a misspelt
-        ``num_step``), or arguments of the wrong type.
+        ``num_step``), or arguments of the wrong type; for ``estimator="flipout"`` or
+        ``"local_reparameterization"``, a model that is neither a ``BayesianMLP`` nor a
+        ``PyroModule``.
     ValueError
-        For option values out of range, or data with NaN, infinite or no values.
+        For option values out of range, or data with NaN, infinite or no values; for the
+        per-example estimators, a model without latent Linear/Conv weights or whose layers they
+        cannot handle (named; see :class:`~pyro_sgmcmc.flipout.LayerNoise`).
 
     Notes
     -----
@@ -821,9 +867,11 @@ def fit_svi(
     if guide_factory is not None and not callable(guide_factory):
         raise TypeError(f"guide_factory must be callable (model -> guide), got {guide_factory!r}")
     if estimator != "reparameterization":
-        if not isinstance(model, BayesianMLP):
+        if not isinstance(model, BayesianMLP | PyroModule):
             raise TypeError(
-                f"estimator={estimator!r} needs model to be a pyro_sgmcmc.nn.BayesianMLP, got "
+                f"estimator={estimator!r} needs model to be a pyro_sgmcmc.nn.BayesianMLP or a "
+                "pyro.nn.PyroModule whose latent sites include the weight/bias PyroSample "
+                "attributes of PyroModule[nn.Linear] or [nn.Conv1d/2d/3d] layers, got "
                 f"{type(model).__name__}; use estimator='reparameterization' for other models"
             )
         if guide_factory is not None:
@@ -831,7 +879,7 @@ def fit_svi(
                 f"guide_factory must be None with estimator={estimator!r}: the estimator "
                 "trains the parameters of the default AutoNormal guide"
             )
-        if plate_name != "data":
+        if isinstance(model, BayesianMLP) and plate_name != "data":
             raise ValueError(f"plate_name must be 'data' for a BayesianMLP, got {plate_name!r}")
     init_scale = check_positive("init_scale", init_scale)
     num_fits = check_positive_int("num_fits", num_fits)
@@ -848,6 +896,9 @@ def fit_svi(
     batch_size = resolve_batch_size(batch_size, num_data, plate_name, plate)
     prior_sites = () if learnable is None else learnable.resolve_sites(model, structure.trace)
     fast = isinstance(model, BayesianMLP) and guide_factory is None and plate_name == "data"
+    layers = None
+    if estimator != "reparameterization" and not fast:
+        layers = check_layer_model(model, structure.trace)
 
     fit_seeds = chain_seeds(seed, range(num_fits))
     guides, losses, wall_times, states, priors = [], [], [], [], []
@@ -874,6 +925,7 @@ def fit_svi(
                     fast=fast,
                     prior=prior_parameters,
                     prior_sites=prior_sites,
+                    layers=layers,
                 )
                 params = [p for p in guide.parameters() if p.requires_grad]
                 if not params:

@@ -9,6 +9,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 from pyro.infer.mcmc.util import initialize_model
+from pyro.nn import PyroModule, PyroSample
 from pyro_tutorial_models import (
     BayesianRegression,
     DocsBNN,
@@ -20,6 +21,7 @@ from pyro_tutorial_models import (
     regression_data,
     varying_intercepts,
 )
+from torch import nn
 
 from pyro_sgmcmc.engine.layout import FlatLayout
 from pyro_sgmcmc.errors import SamplerWarning
@@ -181,3 +183,94 @@ def test_log_density_weights_like_pyro():
     conditioned = pyro.poutine.condition(model, data={"mu": mu, "data": rows})
     expected = pyro.poutine.trace(conditioned).get_trace(y).log_prob_sum()
     torch.testing.assert_close(handler.total, expected)
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+def test_later_calls_replay_a_recorded_graph_equal_to_the_trace_path(float64, case):
+    """From the third call on the potential replays a graph recorded by ``make_fx`` (and the
+    Gaussian priors of ``PyroSample`` sites come in closed form): the same values and gradients
+    as Pyro's trace path, for every model, on new positions and rows."""
+    model, data = _cases()[case]()
+    data = tuple(d.double() if d.is_floating_point() else d for d in data if torch.is_tensor(d))
+    if case.startswith("varying"):
+        data = (data[0], 8, data[1])
+    structure, trace, functional, flat = _setup(model, data, num_chains=3)
+    size = structure.plate.subsample_size or 20
+    for call in range(4):
+        moved = flat + 0.1 * call
+        rows = _rows(structure, 3, size, seed=call)
+        value_t, grad_t = trace.value_and_grad(moved, {}, rows)
+        value_f, grad_f = functional.value_and_grad(moved, {}, rows)
+        torch.testing.assert_close(value_f, value_t, rtol=1e-10, atol=1e-8)
+        torch.testing.assert_close(grad_f, grad_t, rtol=1e-10, atol=1e-8)
+    assert functional.captured is not None and functional.captured.failure is None
+    assert len(functional.captured.graphs) == 1  # one signature: one recording
+
+
+def test_the_closed_form_prior_covers_pyro_sample_priors_only(float64):
+    """``PyroSample`` priors are the same object at every call: covered. A prior built anew at
+    every call (a hand-written model) or depending on another latent value is not."""
+    model, data = DocsBNN(3, 8, 3), classification_data()
+    data = tuple(d.double() if d.is_floating_point() else d for d in data)
+    structure, _, functional, flat = _setup(model, data, num_chains=2)
+    rows = _rows(structure, 2, 20)
+    for _ in range(2):
+        functional.value_and_grad(flat, {}, rows)
+    prior = functional.gaussian_prior
+    assert set(prior.sites) == set(functional.layout.names)
+    assert prior.loc is None and prior.precision == 1.0  # N(0, 1): the gradient is the position
+
+    x, y = (d.double() for d in regression_data())
+    _, _, hand_written, flat = _setup(BayesianRegression(3), (x, y), num_chains=2)
+    hand_written.value_and_grad(flat, {}, None)
+    hand_written.value_and_grad(flat, {}, None)
+    # the weights are PyroSample priors; sigma ~ Uniform is not a Normal
+    assert set(hand_written.gaussian_prior.sites) == {"linear.weight", "linear.bias"}
+
+    group, num_groups, yg = grouped_data()
+    _, _, built, flat = _setup(varying_intercepts, (group, num_groups, yg.double()), 2)
+    built.value_and_grad(flat, {}, None)
+    built.value_and_grad(flat, {}, None)
+    assert built.gaussian_prior is False  # every prior is built anew at each call
+
+    _, trace, hierarchical, flat = _setup(HierarchicalScale(3), (x, y), num_chains=2)
+    for call in range(3):
+        value, grad = hierarchical.value_and_grad(flat + 0.1 * call, {}, None)
+    assert set(hierarchical.gaussian_prior.sites) == {"linear.bias"}  # the weight's scale is tau
+    expected = trace.value_and_grad(flat + 0.2, {}, None)
+    torch.testing.assert_close(value, expected[0])
+    torch.testing.assert_close(grad, expected[1])
+
+
+class HierarchicalScale(PyroModule):
+    """Weights whose prior scale is another latent site (a callable ``PyroSample``)."""
+
+    def __init__(self, in_features: int) -> None:
+        super().__init__()
+        self.tau = PyroSample(dist.HalfNormal(1.0))
+        self.linear = PyroModule[nn.Linear](in_features, 1)
+        self.linear.weight = PyroSample(
+            lambda module: dist.Normal(0.0, self.tau).expand([1, in_features]).to_event(2)
+        )
+        self.linear.bias = PyroSample(dist.Normal(0.0, 10.0).expand([1]).to_event(1))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        mean = self.linear(x).squeeze(-1)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(mean, 1.0), obs=y)
+        return mean
+
+
+def test_a_model_that_cannot_be_recorded_stays_eager_and_right(float64):
+    """Python control flow on a latent value cannot be recorded on fake tensors: the potential
+    keeps evaluating eagerly (and still notices a change of structure)."""
+    x, y = torch.randn(40, dtype=torch.float64), torch.randn(40, dtype=torch.float64)
+    structure, trace, functional, flat = _setup(_changing_structure, (x, y), num_chains=1)
+    rows = _rows(structure, 1, 10)
+    for _ in range(3):
+        value, _ = functional.value_and_grad(flat, {}, rows)
+    assert "data-dependent" in functional.captured.failure
+    torch.testing.assert_close(value, trace.value_and_grad(flat, {}, rows)[0])
+    far = torch.full_like(flat, 20.0)
+    with pytest.warns(SamplerWarning, match="structure changes between calls"):
+        functional.value_and_grad(far, {}, rows)

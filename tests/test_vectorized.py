@@ -95,8 +95,11 @@ def test_matches_exact_gaussian_posterior(gaussian_data, kernel):
     draws = result.samples["mu"]
     assert draws.shape == (8, 300, DIM)
     assert (_effective_z(draws, mean, var).abs() < 4).all()
-    # the stationary variance of a constant-step SG-MCMC is biased by O(step size): 35% here
-    assert draws.reshape(-1, DIM).var(0).sub(var).abs().div(var).max() < 0.35
+    # the stationary variance of a constant-step SG-MCMC is biased by O(step size): up to 35%
+    # here, plus the Monte Carlo error of the estimate (from the spread of the chains' variances)
+    relative = draws.reshape(-1, DIM).var(0).sub(var).abs().div(var)
+    standard_error = draws.var(1).std(0) / math.sqrt(draws.shape[0]) / var
+    assert (relative < 0.35 + 4 * standard_error).all()
 
 
 def test_chains_are_independent_and_reproducible(gaussian_data):

@@ -39,7 +39,10 @@ def resolve_noise(
 
 def is_scalar(value: object) -> bool:
     """Whether ``value`` is a plain real number (not a tensor)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    kind = type(value)
+    if kind is float or kind is int:  # the common case, without the abstract-class check
+        return True
+    return isinstance(value, numbers.Real) and kind is not bool
 
 
 def sqrt(value: StepSize) -> StepSize:

@@ -80,31 +80,40 @@ class BlowUpDetector:
         self.lowest = np.full(num_chains, math.inf)
         self.count = 0
         self.pending_rebase = False
+        self._update_ceiling()
 
     def blown_up(self, value: Any) -> np.ndarray:
         """``(C,)`` mask of chains whose new potential ``value`` is a blow-up."""
-        value = _host(value)
+        return _host(value) > self.ceiling
+
+    def _update_ceiling(self) -> None:
+        """The ``(C,)`` potential above which a new value is a blow-up (kept up to date by
+        :meth:`accept`, so that the per-step test is one comparison)."""
         if self.count == 0:
-            return np.zeros(self.level.shape, dtype=bool)
-        growth = self._grown(value, self.lowest)
+            self.ceiling = np.full(self.level.shape, math.inf)
+            return
+        ceiling = self._grown_above(self.lowest)
         if self.count < self.burn_in:
             # no scale yet: only a rise by orders of magnitude (a far too large first step)
-            return growth | self._grown(value, self.level)
-        return growth | self.exceeds(value - self.level)
+            self.ceiling = np.minimum(ceiling, self._grown_above(self.level))
+        else:
+            self.ceiling = np.minimum(ceiling, self.level + self._jump())
 
-    def _grown(self, value: np.ndarray, base: np.ndarray) -> np.ndarray:
-        r"""A rise above ``base`` by more than ``BURN_IN_GROWTH`` times its size and
+    def _grown_above(self, base: np.ndarray) -> np.ndarray:
+        r"""``base`` plus a rise by ``BURN_IN_GROWTH`` times its size and at least
         ``TYPICAL_SET_MARGIN`` nats per coordinate (far beyond the typical set's
         :math:`D/2 \pm \sqrt{D/2}` above a mode): a slow, growing oscillation that the running
-        level would follow."""
+        level would follow; no ceiling where ``base`` is not finite."""
         floor = max(self.minimum_jump, TYPICAL_SET_MARGIN * self.dimension)
-        jump = np.maximum(BURN_IN_GROWTH * np.abs(base), floor)
-        return np.isfinite(base) & (value - base > jump)
+        above = base + np.maximum(BURN_IN_GROWTH * np.abs(base), floor)
+        return np.where(np.isfinite(base), above, math.inf)
+
+    def _jump(self) -> np.ndarray:
+        return np.maximum(self.factor * self.spread, self.minimum_jump)
 
     def exceeds(self, rise: Any) -> np.ndarray:
         """``(C,)`` mask of rises of the potential beyond the blow-up threshold."""
-        jump = np.maximum(self.factor * self.spread, self.minimum_jump)
-        return _host(rise) > jump
+        return _host(rise) > self._jump()
 
     def rebase(self) -> None:
         """Restart the level at the next accepted value (the spread is kept)."""
@@ -120,19 +129,19 @@ class BlowUpDetector:
             self.level = np.where(keep, self.level, before[0])
             self.spread = np.where(keep, self.spread, before[1])
             self.lowest = np.where(keep, self.lowest, before[2])
-            return
-        if self.pending_rebase:
+        elif self.pending_rebase:
             self.level, self.lowest = value.copy(), value.copy()
             self.pending_rebase = False
-            return
-        if self.count == 0:
-            self.level = value.copy()
-        self.lowest = np.minimum(self.lowest, value)
-        weight = 1.0 / (self.count + 1) if self.count < self.burn_in else 1.0 - self.decay
-        deviation = value - self.level
-        self.spread = self.spread + weight * (np.abs(deviation) - self.spread)
-        self.level = self.level + weight * deviation
-        self.count += 1
+        else:
+            if self.count == 0:
+                self.level = value.copy()
+            self.lowest = np.minimum(self.lowest, value)
+            weight = 1.0 / (self.count + 1) if self.count < self.burn_in else 1.0 - self.decay
+            deviation = value - self.level
+            self.spread = self.spread + weight * (np.abs(deviation) - self.spread)
+            self.level = self.level + weight * deviation
+            self.count += 1
+        self._update_ceiling()
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -148,11 +157,35 @@ class BlowUpDetector:
         self.count = state["count"]
         self.lowest = _host(state.get("lowest", np.full(self.level.shape, math.inf)))
         self.pending_rebase = state["pending_rebase"]
+        self._update_ceiling()
 
 
 def _checksum(value: torch.Tensor, grad: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
     """``(C,)`` sums that are finite only if every potential, gradient and position entry is."""
     return value + grad.sum(1) + position.sum(1)
+
+
+def _move_summaries(move: torch.Tensor, variance: Any) -> list[torch.Tensor]:
+    r"""``(C,)`` summaries of a move from which :func:`_largest_ratio` finds the largest squared
+    move per unit of injected variance, :math:`\max_i m_i^2/v_i`: that ratio itself for a
+    variance per coordinate; else the largest and smallest move and the chain's variance (two
+    reductions, no ``(C, D)`` temporary)."""
+    if isinstance(variance, torch.Tensor) and variance.shape[-1] > 1:
+        return [(move.square() / variance).amax(1)]
+    if isinstance(variance, torch.Tensor):  # one variance per chain, ``(C, 1)``
+        variance = variance.reshape(-1).to(move.dtype)
+    else:
+        variance = move.new_full(move.shape[:1], variance)
+    return [move.amax(1), move.amin(1), variance]
+
+
+def _largest_ratio(summaries: np.ndarray) -> np.ndarray:
+    """The ``(C,)`` largest ratios from the host copy of :func:`_move_summaries`."""
+    if len(summaries) == 1:
+        return summaries[0]
+    largest, smallest, variance = summaries
+    with np.errstate(over="ignore", invalid="ignore"):  # a blown-up move: inf or nan, flagged
+        return np.maximum(largest, -smallest) ** 2 / variance
 
 
 def _host(values: Any, dtype: type = np.float64) -> np.ndarray:
@@ -220,10 +253,12 @@ class DivergenceMonitor:
 
     def _update_move_level(self, largest: np.ndarray, accepted: np.ndarray) -> None:
         """Running level (geometric mean over about ten steps) of the largest move ratio."""
-        log = np.log(np.maximum(largest, 1e-30))
-        first = self.move_count == 0
-        level = np.exp(np.where(first, log, 0.9 * np.log(self.move_level) + 0.1 * log))
-        self.move_level = np.where(accepted, level, self.move_level)
+        largest = np.maximum(largest, 1e-30)
+        if self.move_count.all():  # the common case: every chain has a level
+            level = self.move_level**0.9 * largest**0.1
+        else:
+            level = np.where(self.move_count == 0, largest, self.move_level**0.9 * largest**0.1)
+        self.move_level = level if accepted.all() else np.where(accepted, level, self.move_level)
         self.move_count = self.move_count + accepted
 
     def start_draw(self) -> None:
@@ -263,27 +298,50 @@ class DivergenceMonitor:
         blow-up only if that rise is one too, so that a minibatch holding rows the chain fits
         badly (heavy-tailed data) is not mistaken for an unstable step.
         """
-        summaries = [value.detach(), _checksum(value.detach(), grad, position)]
-        ratio = None
-        if move is not None and move_variance is not None:
-            ratio = move.square() / move_variance
-            summaries.append(ratio.amax(1))
+        value = value.detach()
+        judged = move is not None and move_variance is not None
         # one transfer to the host; the per-chain bookkeeping below is NumPy on C numbers
-        host = torch.stack(summaries).to("cpu", torch.float64).numpy()
+        if judged:
+            columns = [value, grad.sum(1), *_move_summaries(move, move_variance)]
+        else:
+            columns = [value, grad.sum(1), position.sum(1)]
+        host = torch.stack(columns).to("cpu", torch.float64).numpy()
         level = host[0]
-        bad = ~np.isfinite(host[1])
-        reason = "non-finite values"
+        largest = _largest_ratio(host[2:]) if judged else None
+        # a non-finite position makes the move, hence its largest ratio, non-finite
+        bad = ~np.isfinite(level + host[1] + (host[2] if largest is None else largest))
         self.runaway: torch.Tensor | None = None
-        if ratio is not None:
-            largest = host[2]
-            limit = np.maximum(RUNAWAY_GROWTH * self.move_level, RUNAWAY)
+        limit = np.maximum(RUNAWAY_GROWTH * self.move_level, RUNAWAY) if judged else None
+        suspect = bad if largest is None else bad | (largest > limit)
+        if self.blow_up is not None and not rebase:
+            suspect = suspect | self.blow_up.blown_up(level)
+        if not suspect.any():  # the common case: every chain's step is good
+            if largest is not None:
+                self._update_move_level(largest, np.ones(bad.shape, dtype=bool))
+            self.consecutive[:] = 0
+            if self.blow_up is not None:
+                if rebase:
+                    self.blow_up.rebase()
+                self.blow_up.accept(level)
+            return None
+        return self._judge(level, largest, limit, bad, grad, position, step, warmup, move,
+                           move_variance, rebase, confirm)  # fmt: skip
+
+    def _judge(
+        self, level, largest, limit, bad, grad, position, step, warmup, move, move_variance,
+        rebase, confirm,
+    ) -> torch.Tensor | None:  # fmt: skip
+        """:meth:`check` for a step on which some chain looks suspect: which chains diverged,
+        and why."""
+        reason = "non-finite values"
+        if largest is not None:
             runaway = largest > limit
             if runaway.any():  # rare: the other conditions only then
                 runaway &= ~bad & (self.move_count > 0) & self._rising(level)
             self._update_move_level(largest, ~(bad | runaway))
             if runaway.any():
-                bound = torch.as_tensor(limit, dtype=ratio.dtype, device=ratio.device)
-                self.runaway = ratio > bound.reshape(-1, 1)
+                bound = torch.as_tensor(limit, dtype=move.dtype, device=move.device)
+                self.runaway = move.square() / move_variance > bound.reshape(-1, 1)
                 # the level takes the flagged ratio: a repeat of the same move from the restored
                 # state (a momentum building up from rest, far from equilibrium) is not flagged
                 # again, a growing oscillation is within a few steps

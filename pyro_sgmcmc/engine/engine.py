@@ -39,6 +39,7 @@ from .estimators import MinibatchGradient
 from .gibbs_blocks import GibbsBlocks
 from .layout import FlatLayout
 from .minibatch import Minibatcher
+from .noise import GaussianNoise
 from .virial import VirialMeter
 
 __all__ = ["FLAT", "ChainEngine", "DrawStats"]
@@ -156,6 +157,7 @@ class ChainEngine:
         self.grad: torch.Tensor | None = None
         self.rows: torch.Tensor | None = None
         self.virial = VirialMeter(len(self.generators))
+        self.noise = GaussianNoise(self.generators)
 
     # ------------------------------------------------------------------ position
     @property
@@ -293,14 +295,9 @@ class ChainEngine:
         self.monitor.raise_if_stuck(self.layout)
 
     def draw_noise(self) -> dict[str, torch.Tensor]:
-        """Standard normal draws shaped like the position, each chain from its own generator."""
-        like = self.state.position[FLAT]
-        size = like.shape[1:]
-        draws = [
-            torch.randn(size, generator=g, dtype=like.dtype, device=like.device)
-            for g in self.generators
-        ]
-        return {FLAT: draws[0].unsqueeze(0) if len(draws) == 1 else torch.stack(draws)}
+        """Standard normal draws shaped like the position, each chain from its own generator
+        (in blocks of steps: :class:`~pyro_sgmcmc.engine.noise.GaussianNoise`)."""
+        return {FLAT: self.noise(self.state.position[FLAT])}
 
     def probe_gradient(self) -> torch.Tensor:
         """The gradient at the current position on a fresh, independent minibatch per chain."""
@@ -354,6 +351,7 @@ class ChainEngine:
             "rows": self.rows,
             "virial": self.virial.state_dict(),
             "generators": [g.get_state() for g in self.generators],
+            "noise": self.noise.state_dict(),
             "batches": self.batches.state_dict(),
             "monitor": self.monitor.state_dict(),
             "control": self.control.state_dict(),
@@ -371,6 +369,7 @@ class ChainEngine:
         self.virial.load_state_dict(state["virial"])
         for generator, saved in zip(self.generators, state["generators"], strict=True):
             generator.set_state(saved)
+        self.noise.load_state_dict(state.get("noise", {}))
         self.batches.load_state_dict(state["batches"])
         self.monitor.load_state_dict(state["monitor"])
         self.control.load_state_dict(state["control"])

@@ -54,7 +54,7 @@ class FlatLayout:
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-site views ``(..., *shape)`` of a ``(..., D)`` tensor."""
-        parts = flat.split(self.sizes, dim=-1)
+        parts = torch.split_with_sizes(flat, self.sizes, dim=-1)  # no Python-level wrapper
         lead = flat.shape[:-1]
         return {
             name: part.reshape(lead + shape)

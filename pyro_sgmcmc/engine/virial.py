@@ -35,6 +35,11 @@ __all__ = ["VirialMeter"]
 FAR_TOO_HOT = 5.0
 
 
+def _rowwise_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``(C,)`` dot products of the rows of two ``(C, D)`` tensors."""
+    return torch.linalg.vecdot(a, b)
+
+
 class VirialMeter:
     """Running configurational temperature of ``C`` chains.
 
@@ -65,7 +70,10 @@ class VirialMeter:
             return
         if self.reference is None:
             self.reference = position
-        term = ((position - self.reference) * grad).sum(1) / position.shape[1]
+        # (z - c) . g without the (C, D) difference: two dot products per chain
+        term = (_rowwise_dot(position, grad) - _rowwise_dot(self.reference, grad)) / (
+            position.shape[1]
+        )
         self.values.append(term.detach().double().cpu())
 
     def estimate(self) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -1,0 +1,105 @@
+r"""Replay a potential's value and gradient from one recorded graph of tensor operations.
+
+Evaluating a Pyro model at given latent values runs much Python for little arithmetic:
+``PyroModule`` attribute look-ups, the effect-handler stack, distribution objects, and the
+autograd engine walking the backward graph. For a model whose computation depends on its latent
+values and data only through tensor operations, that Python issues the same operations at every
+call. :class:`CapturedGraph` records them once -- forward and backward pass together -- with
+``torch.fx``'s ``make_fx`` on fake tensors (shapes and dtypes only, no arithmetic), and replays
+the recorded graph afterwards: the same operations in the same order, hence the same numbers,
+without the Python around them. (NumPyro gets this from ``jax.jit``, with the same contract.)
+
+One graph is recorded per argument signature (shapes, dtypes and devices: a minibatch, a
+full-data chunk, another number of chains). A model that decides something in Python from a
+latent *value* (``if float(mu) > 0: ...``) cannot be recorded on fake tensors: recording fails,
+the caller stays on its eager path, and nothing else changes. What a recording cannot see is
+Python state that changes between calls without passing through the model's arguments or latent
+values (e.g. a global flag read by the model); such a model should use ``potential="trace"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["CapturedGraph"]
+
+TensorDict = dict[str, torch.Tensor]
+ValueAndGrad = Callable[
+    [torch.Tensor, Mapping[str, torch.Tensor], torch.Tensor | None],
+    tuple[torch.Tensor, torch.Tensor],
+]
+
+
+class CapturedGraph:
+    """``(flat, fixed, rows) -> (value, grad)`` of an eager function, replayed from graphs.
+
+    Parameters
+    ----------
+    function:
+        The eager computation to record: ``(C, D)`` positions, the fixed sites' ``(C, ...)``
+        values and the ``(C, B)`` rows (or ``None``) to the ``(C,)`` potentials and ``(C, D)``
+        gradients.
+
+    Attributes
+    ----------
+    failure:
+        Why recording failed (``None`` while it has not): the caller then evaluates eagerly.
+    """
+
+    def __init__(self, function: ValueAndGrad) -> None:
+        self.function = function
+        self.graphs: dict[tuple, torch.fx.GraphModule] = {}
+        self.failure: str | None = None
+
+    def __call__(
+        self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The recorded graph's result, or ``None`` if this call's graph cannot be recorded."""
+        if self.failure is not None:
+            return None
+        names = tuple(sorted(fixed))
+        key = (_signature(flat), _signature(rows), names, *(_signature(fixed[n]) for n in names))
+        graph = self.graphs.get(key)
+        if graph is None:
+            graph = self._record(flat, fixed, rows, names)
+            if graph is None:
+                return None
+            self.graphs[key] = graph
+        inputs = (flat, *(fixed[n] for n in names))
+        value, grad = graph(*inputs) if rows is None else graph(rows, *inputs)
+        return value, grad
+
+    def _record(
+        self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows, names: tuple[str, ...]
+    ) -> torch.fx.GraphModule | None:
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        def with_rows(rows, flat, *values):
+            return self.function(flat, dict(zip(names, values, strict=True)), rows)
+
+        def without_rows(flat, *values):
+            return self.function(flat, dict(zip(names, values, strict=True)), None)
+
+        inputs = (flat, *(fixed[n].detach() for n in names))
+        if rows is not None:
+            inputs = (rows, *inputs)
+        traced = without_rows if rows is None else with_rows
+        try:
+            return make_fx(traced, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
+        except Exception as error:
+            self.failure = f"{type(error).__name__}: {_first_line(error)}"
+            return None
+
+
+def _signature(value: Any) -> tuple | None:
+    if value is None:
+        return None
+    return (tuple(value.shape), value.dtype, value.device)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
