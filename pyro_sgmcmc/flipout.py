@@ -88,6 +88,8 @@ means and scales :math:`M, \Sigma` (``(C_out, C_in / groups, *kernel)``), bias m
 :math:`m, s` (``(C_out,)``):
 
 ``"local_reparameterization"``
+    Every output element is drawn from its marginal under :math:`q`:
+
     .. math::
 
         a_n = M \star h_n + m + \sqrt{\Sigma^{\circ 2} \star h_n^{\circ 2} + s^{\circ 2}}
@@ -102,6 +104,8 @@ means and scales :math:`M, \Sigma` (``(C_out, C_in / groups, *kernel)``), bias m
     too large; below detection with 300 replicates at scales near 0.2.
 
 ``"flipout"``
+    One shared kernel perturbation, its sign flipped per example:
+
     .. math::
 
         a_n = M \star h_n + m + r_n \odot \big((\Sigma \odot E) \star (h_n \odot s_n)

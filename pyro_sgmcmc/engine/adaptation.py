@@ -128,8 +128,14 @@ SCHEDULE = {"gibbs": 0.25, "probe": 0.35, "descent": 0.5, "windows": (0.6, 0.75)
 STABILITY_BOUND = {"sgld": 0.2, "psgld": 0.2, "sghmc": 0.4}
 #: Hessian-vector products per window end (the vector is kept from window to window).
 POWER_ITERATIONS = 8
+#: A power iteration whose late Rayleigh quotients average less than this fraction of its
+#: largest one has collapsed (see :func:`_power_iteration`).
+COLLAPSE = 0.1
 #: Relative size of the finite-difference perturbation (of a posterior standard deviation).
 PERTURBATION = 0.05
+#: A chain that diverges this many warm-up steps in a row (and again after as many more) goes
+#: back to where the last adaptation window began, with half the step.
+ANCHOR_RETREAT = 10
 #: A chain whose typical coordinate sits more than this many posterior standard deviations
 #: from its mode over the last warm-up window (:class:`OffsetMeter`) is reported.
 OFFSET_LIMIT = 5.0
@@ -352,6 +358,7 @@ class AdaptiveControl(StepControl):
         self.window_start = engine.t
         engine.virial.reset()
         engine.rest_auxiliary()
+        engine.keep_anchor()
 
     def _unit_step(self, engine: ChainEngine) -> torch.Tensor | None:
         """The per-coordinate step per unit of :math:`h` (``(C, D)``): the preconditioner."""
@@ -384,23 +391,9 @@ class AdaptiveControl(StepControl):
         deviation = (self.temperature / self.curvature.clamp_min(tiny)).sqrt()
         if self.direction is None:
             self.direction = engine.rademacher()
-        vector = self.direction
-        quotients, counts = torch.zeros_like(root[:, :1]), torch.zeros_like(root[:, :1])
-        for iteration in range(POWER_ITERATIONS):
-            vector = vector / vector.norm(dim=1, keepdim=True).clamp_min(tiny)
-            # no coordinate moves more than PERTURBATION posterior standard deviations
-            reach = (root * vector).abs() / deviation
-            delta = PERTURBATION / reach.amax(1, keepdim=True).clamp_min(tiny)
-            base, moved = engine.gradients_around_position(delta * root * vector)
-            product = root * (moved - base) / delta
-            finite = torch.isfinite(product).all(1, keepdim=True)
-            if 2 * iteration >= POWER_ITERATIONS:  # average the quotients of the second half
-                quotient = (product * vector).sum(1, keepdim=True).abs()
-                quotients = quotients + torch.where(finite, quotient, 0.0)
-                counts = counts + finite.to(counts.dtype)
-            vector = torch.where(finite, product, vector)
-        top = quotients / counts.clamp_min(1.0)
-        self.direction = vector
+        top, self.direction = _power_iteration(
+            engine, root, deviation, self.direction, POWER_ITERATIONS
+        )
         limit = STABILITY_BOUND[self.algorithm] / top.clamp_min(tiny)
         self.step = torch.where(top > 0, torch.minimum(self.step, limit), self.step)
 
@@ -436,6 +429,8 @@ class AdaptiveControl(StepControl):
         shrinking the preconditioner, a finite number of times, keeps the frozen sampler's
         constant-:math:`P` target."""
         mask = chains.reshape(-1, 1).to(self.rate.device)
+        if self._retreat(engine, chains):
+            return
         if engine.monitor.last_reason.startswith("a blow-up"):
             # one jump may be the minibatch's; a chain that blows up on consecutive steps has
             # too large a step (a curvature the probes did not see): during warm-up, shrink it
@@ -456,6 +451,27 @@ class AdaptiveControl(StepControl):
         floor = 1e-3 * self.curvature_bound
         self.step = torch.where(mask, (0.5 * self.step).clamp_min(floor), self.step)
         self.window_diverged |= mask.reshape(-1).cpu()
+
+    def _retreat(self, engine: ChainEngine, chains: torch.Tensor) -> bool:
+        """Send the chains that have diverged :data:`ANCHOR_RETREAT` (then twice as many, ...)
+        steps in a row back to the start of the current adaptation window (the end of the
+        descent at first), momenta at rest, with half the step; returns whether any went.
+
+        Going back one step (what every divergence does) cannot help a chain whose accepted
+        states have drifted, a little at a time, to where no step is stable; the window's start
+        is a state the chain reached before that."""
+        if self.frozen or engine.t <= self.descent_end or engine.anchor is None:
+            return False
+        consecutive = torch.from_numpy(engine.monitor.consecutive)
+        due = chains.cpu() & (consecutive > 0) & (consecutive % ANCHOR_RETREAT == 0)
+        if not bool(due.any()):
+            return False
+        engine.restore_anchor(due)
+        mask = due.reshape(-1, 1).to(self.step.device)
+        floor = 1e-3 * self.curvature_bound
+        self.step = torch.where(mask, (0.5 * self.step).clamp_min(floor), self.step)
+        self.window_diverged |= due
+        return True
 
     def _shrink_runaway(self, engine: ChainEngine) -> torch.Tensor | None:
         """Divide the preconditioner of the coordinates that ran away by ten; return the
@@ -561,3 +577,43 @@ class OffsetMeter:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.sum, self.count = state["sum"].clone(), state["count"]
+
+
+def _power_iteration(
+    engine: ChainEngine,
+    root: torch.Tensor,
+    deviation: torch.Tensor,
+    vector: torch.Tensor,
+    iterations: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""``(C, 1)`` estimates of :math:`\lambda_{\max}(P^{1/2} H P^{1/2})` and the vectors to
+    start from next time (see :meth:`AdaptiveControl._bound_stiffest_direction`).
+
+    The estimate is the mean Rayleigh quotient of the second half of the iterations -- unless
+    that is less than :data:`COLLAPSE` times the largest quotient seen: the quotients of a power
+    iteration never fall, so such a fall means the finite differences left the range where the
+    gradient is linear (a ReLU network's kinks) and the iteration wandered into a flat subspace
+    (units that are off, curved by the prior alone); every quotient is a lower bound of
+    :math:`\lambda_{\max}`, and the largest one is then the estimate, its vector the next start.
+    """
+    tiny = torch.finfo(root.dtype).tiny
+    quotients, counts = torch.zeros_like(root[:, :1]), torch.zeros_like(root[:, :1])
+    largest, best = torch.zeros_like(root[:, :1]), vector
+    for iteration in range(iterations):
+        vector = vector / vector.norm(dim=1, keepdim=True).clamp_min(tiny)
+        # no coordinate moves more than PERTURBATION posterior standard deviations
+        reach = (root * vector).abs() / deviation
+        delta = PERTURBATION / reach.amax(1, keepdim=True).clamp_min(tiny)
+        base, moved = engine.gradients_around_position(delta * root * vector)
+        product = root * (moved - base) / delta
+        finite = torch.isfinite(product).all(1, keepdim=True)
+        quotient = torch.where(finite, (product * vector).sum(1, keepdim=True).abs(), 0.0)
+        better = quotient > largest
+        largest, best = torch.where(better, quotient, largest), torch.where(better, vector, best)
+        if 2 * iteration >= iterations:  # average the quotients of the second half
+            quotients = quotients + quotient
+            counts = counts + finite.to(counts.dtype)
+        vector = torch.where(finite, product, vector)
+    top = quotients / counts.clamp_min(1.0)
+    collapsed = top < COLLAPSE * largest
+    return torch.where(collapsed, largest, top), torch.where(collapsed, best, vector)

@@ -273,7 +273,6 @@ class DivergenceMonitor:
         warmup: bool,
         move: torch.Tensor | None = None,
         move_variance: Any = None,
-        rebase: bool = False,
         confirm: Any = None,
     ) -> torch.Tensor | None:
         r"""The ``(C,)`` mask of chains that diverged at ``step``, or ``None`` if none did.
@@ -291,9 +290,7 @@ class DivergenceMonitor:
         chain's level, so that the same move repeated from the restored state (a momentum
         building up from rest far from equilibrium) is not flagged forever.
 
-        ``rebase`` (the step also redrew the Gibbs-updated sites, which shifts the potential by
-        an exact conditional draw) skips the blow-up test for this step and restarts the
-        potential's running level there. ``confirm()``, when given, returns the ``(C,)`` rise of
+        ``confirm()``, when given, returns the ``(C,)`` rise of
         the potential from the old to the new position *on the same minibatch*: a jump is a
         blow-up only if that rise is one too, so that a minibatch holding rows the chain fits
         badly (heavy-tailed data) is not mistaken for an unstable step.
@@ -313,23 +310,21 @@ class DivergenceMonitor:
         self.runaway: torch.Tensor | None = None
         limit = np.maximum(RUNAWAY_GROWTH * self.move_level, RUNAWAY) if judged else None
         suspect = bad if largest is None else bad | (largest > limit)
-        if self.blow_up is not None and not rebase:
+        if self.blow_up is not None:
             suspect = suspect | self.blow_up.blown_up(level)
         if not suspect.any():  # the common case: every chain's step is good
             if largest is not None:
                 self._update_move_level(largest, np.ones(bad.shape, dtype=bool))
             self.consecutive[:] = 0
             if self.blow_up is not None:
-                if rebase:
-                    self.blow_up.rebase()
                 self.blow_up.accept(level)
             return None
         return self._judge(level, largest, limit, bad, grad, position, step, warmup, move,
-                           move_variance, rebase, confirm)  # fmt: skip
+                           move_variance, confirm)  # fmt: skip
 
     def _judge(
         self, level, largest, limit, bad, grad, position, step, warmup, move, move_variance,
-        rebase, confirm,
+        confirm,
     ) -> torch.Tensor | None:  # fmt: skip
         """:meth:`check` for a step on which some chain looks suspect: which chains diverged,
         and why."""
@@ -348,9 +343,7 @@ class DivergenceMonitor:
                 self.move_level = np.where(runaway, largest, self.move_level)
                 reason = "a runaway move" if not bad.any() else reason
                 bad = bad | runaway
-        if self.blow_up is not None and rebase:
-            self.blow_up.rebase()
-        elif self.blow_up is not None:
+        if self.blow_up is not None:
             blown = self.blow_up.blown_up(level) & ~bad
             if blown.any() and confirm is not None:
                 blown = blown & self.blow_up.exceeds(confirm())

@@ -158,6 +158,7 @@ class ChainEngine:
         self.rows: torch.Tensor | None = None
         self.virial = VirialMeter(len(self.generators))
         self.noise = GaussianNoise(self.generators)
+        self.anchor: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ position
     @property
@@ -246,10 +247,6 @@ class ChainEngine:
         new_state = self.algorithm.step(self.state, {FLAT: self.grad}, inputs, self.options)
         self.t += 1
         fixed = self.fixed
-        gibbs = self.gibbs is not None and self.gibbs.due(self.t) and self.control.updates_gibbs(t)
-        if gibbs:
-            fixed = self.gibbs(new_state.position[FLAT], fixed)
-            self.estimator.refresh(fixed)
         position = new_state.position[FLAT]
         rows = self.batches.next()
         value, grad = self.estimator(position, fixed, rows)
@@ -257,18 +254,42 @@ class ChainEngine:
         bad = self.monitor.check(
             value, grad, position, self.t, self.in_warmup,
             position - self.position, None if variance is None else variance[FLAT],
-            rebase=gibbs, confirm=lambda: self._same_rows_rise(position, fixed),
+            confirm=lambda: self._same_rows_rise(position, fixed),
         )  # fmt: skip
         if bad is None:
-            self.state, self.fixed, self.value, self.grad = new_state, fixed, value, grad
-            self.rows = rows
+            self.state, self.value, self.grad, self.rows = new_state, value, grad, rows
         else:
-            self._revert(bad, new_state, fixed, value, grad, rows)
+            self._revert(bad, new_state, value, grad, rows)
+        if self.gibbs is not None and self.gibbs.due(self.t) and self.control.updates_gibbs(t):
+            self._gibbs_update()
         if temperature > 0:
             self.virial.update(self.position, self.grad)
         if self.in_warmup:
             self.control.observe(self)
         return sampling
+
+    def _gibbs_update(self) -> None:
+        """Redraw the Gibbs blocks from their exact conditionals at the chains' (accepted)
+        positions, and the potential and gradient there on the same rows.
+
+        The step is judged before: a move that blew up is put back first, not hidden behind the
+        conditional draw it would cause (a noise precision drawn near zero from huge residuals
+        makes a blown-up network look like a quiet one). A conditional draw is exact, so the
+        potential's running level restarts at the new value."""
+        fixed = self.gibbs(self.position, self.fixed)
+        self.estimator.refresh(fixed)
+        value, grad = self.estimator(self.position, fixed, self.rows)
+        bad = self.monitor.non_finite(value, grad, self.position)
+        if bool(bad.any()):  # keep the old draw for those chains
+            value = select_chains(bad, self.value, value)
+            grad = select_chains(bad, self.grad, grad)
+            fixed = select_chains(bad, self.fixed, fixed)
+            self.estimator.refresh(fixed)
+        self.fixed, self.value, self.grad = fixed, value, grad
+        blow_up = self.monitor.blow_up
+        if blow_up is not None:
+            blow_up.rebase()
+            blow_up.accept(value)
 
     @property
     def in_warmup(self) -> bool:
@@ -279,20 +300,46 @@ class ChainEngine:
         value, _ = self.estimator(position, fixed, self.rows)
         return value - self.value
 
-    def _revert(self, bad, new_state, fixed, value, grad, rows) -> None:
+    def _revert(self, bad, new_state, value, grad, rows) -> None:
         """Keep the new state of the good chains; put the bad ones back, momenta at rest."""
         reset = self.algorithm.reset(self.state, bad.to(self.position.device))
         self.state = select_chains(bad, reset, new_state)
-        fixed_changed = fixed is not self.fixed
-        self.fixed = select_chains(bad, self.fixed, fixed)
         self.value = select_chains(bad, self.value, value)
         self.grad = select_chains(bad, self.grad, grad)
         if rows is not None:
             self.rows = select_chains(bad, self.rows, rows)
-        if fixed_changed:
-            self.estimator.refresh(self.fixed)
         self.control.on_divergence(self, bad)
         self.monitor.raise_if_stuck(self.layout)
+
+    def keep_anchor(self) -> None:
+        """Remember the current state of every chain as the place to go back to
+        (:meth:`restore_anchor`); the engine never modifies a state in place, so this copies
+        nothing."""
+        self.anchor = {
+            "state": self.state, "fixed": self.fixed, "value": self.value, "grad": self.grad,
+            "rows": self.rows,
+        }  # fmt: skip
+
+    def restore_anchor(self, chains: torch.Tensor) -> None:
+        """Put the chains of the ``(C,)`` mask back at the anchor, momenta at rest: for a chain
+        whose last good states have drifted somewhere the dynamics cannot leave (each step
+        from there diverges), going back one step is not enough."""
+        anchor = self.anchor
+        if anchor is None:
+            return
+        chains = chains.to(torch.bool)
+        at_rest = self.algorithm.reset(anchor["state"], chains.to(self.position.device))
+        self.state = select_chains(chains, at_rest, self.state)
+        fixed_changed = anchor["fixed"] is not self.fixed
+        self.fixed = select_chains(chains, anchor["fixed"], self.fixed)
+        self.value = select_chains(chains, anchor["value"], self.value)
+        self.grad = select_chains(chains, anchor["grad"], self.grad)
+        if self.rows is not None and anchor["rows"] is not None:
+            self.rows = select_chains(chains, anchor["rows"], self.rows)
+        if fixed_changed:
+            self.estimator.refresh(self.fixed)
+        if self.monitor.blow_up is not None:
+            self.monitor.blow_up.rebase()  # the potential's level restarts at the next step
 
     def draw_noise(self) -> dict[str, torch.Tensor]:
         """Standard normal draws shaped like the position, each chain from its own generator
@@ -352,6 +399,13 @@ class ChainEngine:
             "virial": self.virial.state_dict(),
             "generators": [g.get_state() for g in self.generators],
             "noise": self.noise.state_dict(),
+            "anchor": None
+            if self.anchor is None
+            else {
+                **self.anchor,
+                "state": dump_state(self.anchor["state"]),
+                "fixed": dict(self.anchor["fixed"]),
+            },
             "batches": self.batches.state_dict(),
             "monitor": self.monitor.state_dict(),
             "control": self.control.state_dict(),
@@ -370,6 +424,10 @@ class ChainEngine:
         for generator, saved in zip(self.generators, state["generators"], strict=True):
             generator.set_state(saved)
         self.noise.load_state_dict(state.get("noise", {}))
+        anchor = state.get("anchor")
+        if anchor is not None:
+            anchor = {**anchor, "state": load_state(template, anchor["state"])}
+        self.anchor = anchor
         self.batches.load_state_dict(state["batches"])
         self.monitor.load_state_dict(state["monitor"])
         self.control.load_state_dict(state["control"])
