@@ -1,10 +1,11 @@
 """Summary of the performance benchmarks: one table from the JSON files in ``results/``.
 
-Reads what ``step_overhead.py`` (W1), ``w2_small_bnn.py`` (W2), ``w3_fashion_mnist.py`` (W3) and
-``w4_known_posterior.py`` (W4) last wrote, and prints workload, ours, baseline, ratio, target and
-pass/fail with the load average at measurement time (timings under load > CPU count are
-inflated). It runs nothing itself, so it is cheap; run the scripts first (``nox -s benchmarks``
-runs the others in alphabetical order, then this one).
+Reads what ``step_overhead.py`` (W1), ``w1g_pyro_module.py`` (W1g), ``w2_small_bnn.py`` (W2),
+``w3_fashion_mnist.py`` (W3), ``w4_known_posterior.py`` (W4), ``w5_lenet.py`` (W5),
+``w7_distributed.py`` (W7) and ``uci_regression.py`` last wrote, and prints workload, ours,
+baseline, ratio, target and pass/fail with the load average at measurement time (timings under
+load > CPU count are inflated). It runs nothing itself, so it is cheap; run the scripts first
+(``nox -s benchmarks`` runs the others in alphabetical order, then this one).
 
 Run: ``python benchmarks/run_all.py``; writes ``results/summary.json``.
 """
@@ -61,8 +62,62 @@ def main() -> None:
                     "load": load,
                 }
             )
+    rows += _w1g_rows() + _w5_rows() + _w7_rows() + _uci_rows()
     print_table(rows, COLUMNS)
     write_json("summary", {"rows": rows})
+
+
+def _w1g_rows() -> list[dict]:
+    result = _read("w1g_pyro_module")
+    if result is None:
+        return [{"workload": "w1g_pyro_module", "ours": "not run"}]
+    targets, load = result["targets"], result.get("load_average", "not recorded")
+    return [
+        {"workload": "W1g PyroModule 784-100-10, SGHMC step vs torch SGD step",
+         "ratio": f"{result['ratio_step']:.2f}", "target": f"<= {targets['step']}",
+         "pass": result["ratio_step"] <= targets["step"], "load": load},
+        {"workload": f"W1g {result['chains']} chains in run_chains vs 1",
+         "ratio": f"{result['ratio_chains']:.2f}", "target": f"<= {targets['chains']}",
+         "pass": result["ratio_chains"] <= targets["chains"], "load": load},
+    ]  # fmt: skip
+
+
+def _w5_rows() -> list[dict]:
+    result = _read("w5_lenet")
+    if result is None:
+        return [{"workload": "w5_lenet", "ours": "not run"}]
+    return [
+        {"workload": f"W5 {row['row']}", "ours": row.get("acc / NLL / ECE") or row.get("result"),
+         "ratio": row.get("ratio", ""), "target": row.get("target", ""), "pass": row.get("pass"),
+         "load": result.get("load_average_end", "not recorded")}
+        for row in result.get("rows", [])
+    ]  # fmt: skip
+
+
+def _w7_rows() -> list[dict]:
+    result = _read("w7_distributed")
+    if result is None:
+        return [{"workload": "w7_distributed", "ours": "not run"}]
+    return [
+        {"workload": f"W7 {row['workload']}, 2 ranks vs 1 (s per draw)",
+         "ours": row["2 ranks s/draw"], "baseline": row["1 rank s/draw"],
+         "ratio": row["ratio 2/1"], "target": "<= 0.6" if row["workload"] != "linreg/data" else "",
+         "pass": float(row["ratio 2/1"]) <= 0.6 if row["workload"] != "linreg/data" else None,
+         "load": result.get("load_average_after", "not recorded")}
+        for row in result.get("rows", [])
+    ]  # fmt: skip
+
+
+def _uci_rows() -> list[dict]:
+    result = _read("uci_regression")
+    if result is None:
+        return [{"workload": "uci_regression", "ours": "not run"}]
+    return [
+        {"workload": f"UCI {row['dataset']} ({row['splits']} splits), defaults",
+         "ours": f"RMSE {row['rmse']}, LL {row['test ll']}", "baseline": row["MC dropout"],
+         "pass": row["pass"], "load": result.get("load_average", "not recorded")}
+        for row in result.get("summary", [])
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -51,12 +51,14 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
 from ._validation import _as_tensor, check_interval, check_positive_int
+from .metrics import accuracy, expected_calibration_error, negative_log_likelihood
 from .model_structure import DataPlate, plate_chunks, with_global_sites
 from .nn.mlp import BayesianMLP
 
 __all__ = [
     "ClassificationPrediction",
     "RegressionPrediction",
+    "classification_report",
     "classify_with_cutoff",
     "flatten_draws",
     "posterior_predictive",
@@ -153,6 +155,47 @@ def classify_with_cutoff(probs: torch.Tensor, threshold: float = 0.2) -> torch.T
     threshold = check_interval("threshold", threshold, 0.0, 1.0)
     top, labels = probs.max(dim=-1)
     return torch.where(top < threshold, torch.full_like(labels, REFUSED), labels)
+
+
+def classification_report(
+    probs: torch.Tensor,
+    y: torch.Tensor,
+    noise_probs: torch.Tensor | None = None,
+    threshold: float = 0.2,
+) -> dict[str, float]:
+    """Accuracy, NLL, ECE and the share of refused inputs of a classifier's predictive.
+
+    Parameters
+    ----------
+    probs:
+        Predictive probabilities of the test inputs, ``(rows, K)``.
+    y:
+        Their labels.
+    noise_probs:
+        Optional predictive probabilities of inputs that belong to no class (e.g. noise images).
+    threshold:
+        The cut-off of :func:`classify_with_cutoff`.
+
+    Returns
+    -------
+    dict
+        ``"accuracy"``, ``"NLL"`` (mean per input), ``"ECE"`` (15 bins; see
+        :mod:`pyro_sgmcmc.metrics`), ``"test refused"`` and, with ``noise_probs``,
+        ``"noise refused"``: the shares of inputs whose top probability is below ``threshold``.
+    """
+    report = {
+        "accuracy": accuracy(probs, y),
+        "NLL": negative_log_likelihood(probs, y),
+        "ECE": expected_calibration_error(probs, y),
+        "test refused": _refused_share(probs, threshold),
+    }
+    if noise_probs is not None:
+        report["noise refused"] = _refused_share(noise_probs, threshold)
+    return report
+
+
+def _refused_share(probs: torch.Tensor, threshold: float) -> float:
+    return float((classify_with_cutoff(probs, threshold) == REFUSED).double().mean())
 
 
 def _site_shapes_of(

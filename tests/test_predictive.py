@@ -150,3 +150,20 @@ def test_draws_must_match_the_sites():
     with pytest.raises(ValueError, match="shape"):
         posterior_predictive(model, bad, x)
     assert math.isfinite(float(posterior_predictive(model, draws, x).mean.sum()))
+
+
+def test_classification_report_counts_refusals_and_matches_the_metrics():
+    from pyro_sgmcmc.metrics import accuracy, expected_calibration_error, negative_log_likelihood
+    from pyro_sgmcmc.predictive import classification_report
+
+    probs = torch.tensor([[0.9, 0.05, 0.05], [0.3, 0.4, 0.3], [0.1, 0.1, 0.8], [0.5, 0.2, 0.3]])
+    y = torch.tensor([0, 2, 2, 1])
+    noise = torch.tensor([[0.34, 0.33, 0.33], [0.6, 0.2, 0.2]])
+    report = classification_report(probs, y, noise, threshold=0.35)
+    assert report["accuracy"] == accuracy(probs, y) == 0.5
+    assert report["NLL"] == negative_log_likelihood(probs, y)
+    assert report["ECE"] == expected_calibration_error(probs, y)
+    assert report["test refused"] == 0.0  # every top probability is >= 0.35
+    assert report["noise refused"] == 0.5
+    assert "noise refused" not in classification_report(probs, y)
+    assert classification_report(probs, y, threshold=0.45)["test refused"] == 0.25
