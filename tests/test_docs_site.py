@@ -242,7 +242,8 @@ def _report(problems: list[str]) -> str:
 def test_the_site_has_the_pages_of_the_navigation(rendered):
     for page in ("index.html", "cli/index.html", "kernels/index.html", "api/kernels/index.html"):
         assert page in rendered
-    assert len(_tutorials(rendered)) == 6, sorted(rendered)
+    sources = sorted(Path(__file__).resolve().parents[1].glob("tutorials/[0-9][0-9]_*.py"))
+    assert len(_tutorials(rendered)) == len(sources) > 0, sorted(rendered)
 
 
 def test_every_formula_is_typeset(rendered):
