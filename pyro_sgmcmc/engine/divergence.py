@@ -12,7 +12,7 @@ mark it, and raises :class:`~pyro_sgmcmc.SamplerDivergedError` when a chain dive
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,9 @@ class BlowUpDetector:
     rise above the lowest accepted potential :math:`U_{\min}` by more than
     ``BURN_IN_GROWTH`` :math:`|U_{\min}|` and ``TYPICAL_SET_MARGIN`` nats per coordinate is
     one too: an oscillation that grows slowly enough for the running level to follow it.
+
+    The bookkeeping is plain Python on one float per chain: it runs on the host at every step,
+    where a few arithmetic operations per chain cost less than one array operation.
     """
 
     def __init__(
@@ -72,90 +75,108 @@ class BlowUpDetector:
     ) -> None:
         self.factor, self.minimum_jump = factor, minimum_jump
         self.decay, self.burn_in = decay, burn_in
-        self.dimension = dimension
-        # (C,) float64 NumPy arrays: the bookkeeping runs on the host at every step, where a
-        # NumPy operation on a few numbers costs a fraction of a torch one
-        self.level = np.zeros(num_chains)
-        self.spread = np.zeros(num_chains)
-        self.lowest = np.full(num_chains, math.inf)
+        self.floor = max(minimum_jump, TYPICAL_SET_MARGIN * dimension)
+        self.level = [0.0] * num_chains
+        self.spread = [0.0] * num_chains
+        self.lowest = [math.inf] * num_chains
         self.count = 0
         self.pending_rebase = False
         self._update_ceiling()
 
-    def blown_up(self, value: Any) -> np.ndarray:
-        """``(C,)`` mask of chains whose new potential ``value`` is a blow-up."""
-        return _host(value) > self.ceiling
+    def blown_up(self, values: Any) -> list[bool]:
+        """Per chain, whether its new potential is a blow-up."""
+        return [v > top for v, top in zip(_floats(values), self.ceiling, strict=True)]
 
-    def _update_ceiling(self) -> None:
-        """The ``(C,)`` potential above which a new value is a blow-up (kept up to date by
-        :meth:`accept`, so that the per-step test is one comparison)."""
-        if self.count == 0:
-            self.ceiling = np.full(self.level.shape, math.inf)
-            return
-        ceiling = self._grown_above(self.lowest)
-        if self.count < self.burn_in:
-            # no scale yet: only a rise by orders of magnitude (a far too large first step)
-            self.ceiling = np.minimum(ceiling, self._grown_above(self.level))
-        else:
-            self.ceiling = np.minimum(ceiling, self.level + self._jump())
-
-    def _grown_above(self, base: np.ndarray) -> np.ndarray:
+    def _grown_above(self, base: float) -> float:
         r"""``base`` plus a rise by ``BURN_IN_GROWTH`` times its size and at least
         ``TYPICAL_SET_MARGIN`` nats per coordinate (far beyond the typical set's
         :math:`D/2 \pm \sqrt{D/2}` above a mode): a slow, growing oscillation that the running
         level would follow; no ceiling where ``base`` is not finite."""
-        floor = max(self.minimum_jump, TYPICAL_SET_MARGIN * self.dimension)
-        above = base + np.maximum(BURN_IN_GROWTH * np.abs(base), floor)
-        return np.where(np.isfinite(base), above, math.inf)
+        if not math.isfinite(base):
+            return math.inf
+        return base + max(BURN_IN_GROWTH * abs(base), self.floor)
 
-    def _jump(self) -> np.ndarray:
-        return np.maximum(self.factor * self.spread, self.minimum_jump)
+    def _jump(self, spread: float) -> float:
+        return max(self.factor * spread, self.minimum_jump)
 
-    def exceeds(self, rise: Any) -> np.ndarray:
-        """``(C,)`` mask of rises of the potential beyond the blow-up threshold."""
-        return _host(rise) > self._jump()
+    def _update_ceiling(self) -> None:
+        """The potential above which a new value is a blow-up, per chain (kept up to date by
+        :meth:`accept`, so that the per-step test is one comparison)."""
+        self.above_lowest = [self._grown_above(low) for low in self.lowest]
+        if self.count == 0:
+            self.ceiling = [math.inf] * len(self.level)
+            return
+        self.ceiling = [self._ceiling_of(c) for c in range(len(self.level))]
+
+    def _ceiling_of(self, chain: int) -> float:
+        if self.count < self.burn_in:  # no scale yet: only a rise by orders of magnitude
+            top = self._grown_above(self.level[chain])
+        else:
+            top = self.level[chain] + max(self.factor * self.spread[chain], self.minimum_jump)
+        return min(self.above_lowest[chain], top)
+
+    def exceeds(self, rises: Any) -> list[bool]:
+        """Per chain, whether its rise of the potential is beyond the blow-up threshold."""
+        return [r > self._jump(sd) for r, sd in zip(_floats(rises), self.spread, strict=True)]
 
     def rebase(self) -> None:
         """Restart the level at the next accepted value (the spread is kept)."""
         self.pending_rebase = True
 
-    def accept(self, value: Any, chains: np.ndarray | None = None) -> None:
-        """Record the accepted ``value`` (of the chains in the mask, if given)."""
-        value = _host(value)
-        if chains is not None:  # some chains diverged: update the others only
-            keep = _host(chains, bool)
-            before = (self.level, self.spread, self.lowest)
-            self.accept(value)
-            self.level = np.where(keep, self.level, before[0])
-            self.spread = np.where(keep, self.spread, before[1])
-            self.lowest = np.where(keep, self.lowest, before[2])
-        elif self.pending_rebase:
-            self.level, self.lowest = value.copy(), value.copy()
+    def accept(self, values: Any, chains: Sequence[bool] | None = None) -> None:
+        """Record the accepted ``values`` (of the chains set in ``chains``, if given)."""
+        values = _floats(values)
+        keep = [True] * len(values) if chains is None else [bool(k) for k in chains]
+        if self.pending_rebase:
+            for c, value in enumerate(values):
+                if keep[c]:
+                    self.level[c] = self.lowest[c] = value
             self.pending_rebase = False
         else:
-            if self.count == 0:
-                self.level = value.copy()
-            self.lowest = np.minimum(self.lowest, value)
-            weight = 1.0 / (self.count + 1) if self.count < self.burn_in else 1.0 - self.decay
-            deviation = value - self.level
-            self.spread = self.spread + weight * (np.abs(deviation) - self.spread)
-            self.level = self.level + weight * deviation
-            self.count += 1
+            self._follow(values, keep)
+            return
         self._update_ceiling()
+
+    def _follow(self, values: list[float], keep: list[bool]) -> None:
+        """Move the kept chains' level, spread, lowest value and ceiling with their new
+        ``values`` (the per-step update: plain arithmetic per chain)."""
+        if self.count < self.burn_in:
+            weight = 1.0 / (self.count + 1)
+            if self.count == 0:
+                pairs = zip(values, keep, self.level, strict=True)
+                self.level = [v if k else old for v, k, old in pairs]
+        else:
+            weight = 1.0 - self.decay
+        self.count += 1
+        # the common case (every chain accepted, the scale set) updates each ceiling in place
+        in_place = self.count > self.burn_in and all(keep)
+        for c, value in enumerate(values):
+            if not keep[c]:
+                continue
+            if value < self.lowest[c]:
+                self.lowest[c], self.above_lowest[c] = value, self._grown_above(value)
+            deviation = value - self.level[c]
+            self.spread[c] += weight * (abs(deviation) - self.spread[c])
+            self.level[c] += weight * deviation
+            if in_place:
+                self.ceiling[c] = self._ceiling_of(c)
+        if not in_place:
+            self._update_ceiling()
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "level": torch.from_numpy(self.level.copy()),
-            "spread": torch.from_numpy(self.spread.copy()),
-            "lowest": torch.from_numpy(self.lowest.copy()),
+            "level": torch.tensor(self.level, dtype=torch.float64),
+            "spread": torch.tensor(self.spread, dtype=torch.float64),
+            "lowest": torch.tensor(self.lowest, dtype=torch.float64),
             "count": self.count,
             "pending_rebase": self.pending_rebase,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.level, self.spread = _host(state["level"]), _host(state["spread"])
+        self.level, self.spread = _floats(state["level"]), _floats(state["spread"])
         self.count = state["count"]
-        self.lowest = _host(state.get("lowest", np.full(self.level.shape, math.inf)))
+        lowest = state.get("lowest")
+        self.lowest = [math.inf] * len(self.level) if lowest is None else _floats(lowest)
         self.pending_rebase = state["pending_rebase"]
         self._update_ceiling()
 
@@ -165,35 +186,40 @@ def _checksum(value: torch.Tensor, grad: torch.Tensor, position: torch.Tensor) -
     return value + grad.sum(1) + position.sum(1)
 
 
-def _move_summaries(move: torch.Tensor, variance: Any) -> list[torch.Tensor]:
+def _move_columns(move: torch.Tensor, variance: Any) -> list[torch.Tensor]:
     r"""``(C,)`` summaries of a move from which :func:`_largest_ratio` finds the largest squared
     move per unit of injected variance, :math:`\max_i m_i^2/v_i`: that ratio itself for a
-    variance per coordinate; else the largest and smallest move and the chain's variance (two
-    reductions, no ``(C, D)`` temporary)."""
+    variance per coordinate; else the largest absolute move (and the chain's variance when it
+    is a tensor), squared and divided on the host in float64, where it cannot overflow."""
     if isinstance(variance, torch.Tensor) and variance.shape[-1] > 1:
         return [(move.square() / variance).amax(1)]
+    largest = move.abs().amax(1)
     if isinstance(variance, torch.Tensor):  # one variance per chain, ``(C, 1)``
-        variance = variance.reshape(-1).to(move.dtype)
-    else:
-        variance = move.new_full(move.shape[:1], variance)
-    return [move.amax(1), move.amin(1), variance]
+        return [largest, variance.reshape(-1).to(move.dtype)]
+    return [largest]
 
 
-def _largest_ratio(summaries: np.ndarray) -> np.ndarray:
-    """The ``(C,)`` largest ratios from the host copy of :func:`_move_summaries`."""
-    if len(summaries) == 1:
-        return summaries[0]
-    largest, smallest, variance = summaries
-    with np.errstate(over="ignore", invalid="ignore"):  # a blown-up move: inf or nan, flagged
-        return np.maximum(largest, -smallest) ** 2 / variance
+def _largest_ratios(rows: list[list[float]], variance: Any) -> list[float]:
+    """Per chain, the largest ratio from the host rows of :func:`_move_columns`."""
+    if isinstance(variance, torch.Tensor):
+        if len(rows) == 1:
+            return rows[0]
+        return [_ratio(m, v) for m, v in zip(rows[0], rows[1], strict=True)]
+    return [_ratio(m, variance) for m in rows[0]]
 
 
-def _host(values: Any, dtype: type = np.float64) -> np.ndarray:
-    """A ``(C,)`` tensor or array as a host NumPy array of ``dtype``."""
-    if isinstance(values, torch.Tensor):
-        values = values.detach().to("cpu", torch.float64 if dtype is np.float64 else torch.bool)
-        return values.numpy()
-    return np.asarray(values, dtype=dtype)
+def _ratio(move: float, variance: float) -> float:
+    """``move**2 / variance`` in float64 (a vanishing variance: zero or infinite)."""
+    if variance > 0:
+        return move * move / variance
+    return 0.0 if move == 0 else math.inf
+
+
+def _floats(values: Any) -> list[float]:
+    """A ``(C,)`` tensor, array or sequence as a list of Python floats."""
+    if isinstance(values, torch.Tensor | np.ndarray):
+        return values.tolist()
+    return [float(v) for v in values]
 
 
 class DivergenceMonitor:
@@ -229,8 +255,10 @@ class DivergenceMonitor:
         self.steps: list[list[int]] = [[] for _ in range(num_chains)]
         self.warmup_steps: list[int] = [0] * num_chains
         self.draw_diverged = torch.zeros(num_chains, dtype=torch.bool)
-        self.move_level = np.ones(num_chains)
-        self.move_count = np.zeros(num_chains, dtype=np.int64)
+        self.move_level = [1.0] * num_chains
+        self.move_count = [0] * num_chains
+        self.move_limit = [RUNAWAY] * num_chains
+        self.any_consecutive = False
         self.last_bad_sites: list[str] = []
         self.last_step = 0
         self.last_reason = ""
@@ -241,25 +269,38 @@ class DivergenceMonitor:
         reduction: a sum is finite only if every term is)."""
         return ~torch.isfinite(_checksum(value, grad, position)).cpu()
 
-    def _rising(self, value: np.ndarray) -> np.ndarray:
-        """``(C,)`` mask of chains whose potential is more than :data:`RUNAWAY_RISE` typical
+    def _rising(self, values: list[float]) -> list[bool]:
+        """Per chain, whether its potential is more than :data:`RUNAWAY_RISE` typical
         deviations above its running level (all chains before the blow-up detector has a
         scale): a large move that leaves the potential where it was is the tail of the
         momentum's distribution, not an unstable step."""
         detector = self.blow_up
         if detector is None or detector.count < detector.burn_in:
-            return np.ones(value.shape, dtype=bool)
-        return value - detector.level > RUNAWAY_RISE * detector.spread
+            return [True] * len(values)
+        return [
+            value - level > RUNAWAY_RISE * spread
+            for value, level, spread in zip(values, detector.level, detector.spread, strict=True)
+        ]
 
-    def _update_move_level(self, largest: np.ndarray, accepted: np.ndarray) -> None:
-        """Running level (geometric mean over about ten steps) of the largest move ratio."""
-        largest = np.maximum(largest, 1e-30)
-        if self.move_count.all():  # the common case: every chain has a level
-            level = self.move_level**0.9 * largest**0.1
-        else:
-            level = np.where(self.move_count == 0, largest, self.move_level**0.9 * largest**0.1)
-        self.move_level = level if accepted.all() else np.where(accepted, level, self.move_level)
-        self.move_count = self.move_count + accepted
+    def _update_move_level(self, largest: list[float], accepted: list[bool] | None) -> None:
+        """Running level (geometric mean over about ten steps) of the largest move ratio of
+        the ``accepted`` chains (all if ``None``), and the runaway limit it sets."""
+        for c, ratio in enumerate(largest):
+            if accepted is not None and not accepted[c]:
+                continue
+            ratio = max(ratio, 1e-30)
+            if self.move_count[c]:
+                ratio = self.move_level[c] ** 0.9 * ratio**0.1
+            self._set_move_level(c, ratio)
+            self.move_count[c] += 1
+
+    def _set_move_level(self, chain: int, level: float) -> None:
+        self.move_level[chain] = level
+        self.move_limit[chain] = max(RUNAWAY_GROWTH * level, RUNAWAY)
+
+    def _set_consecutive(self, consecutive: np.ndarray) -> None:
+        self.consecutive = consecutive
+        self.any_consecutive = bool(consecutive.any())
 
     def start_draw(self) -> None:
         self.draw_diverged.zero_()
@@ -295,80 +336,101 @@ class DivergenceMonitor:
         blow-up only if that rise is one too, so that a minibatch holding rows the chain fits
         badly (heavy-tailed data) is not mistaken for an unstable step.
         """
-        value = value.detach()
         judged = move is not None and move_variance is not None
-        # one transfer to the host; the per-chain bookkeeping below is NumPy on C numbers
-        if judged:
-            columns = [value, grad.sum(1), *_move_summaries(move, move_variance)]
-        else:
-            columns = [value, grad.sum(1), position.sum(1)]
-        host = torch.stack(columns).to("cpu", torch.float64).numpy()
-        level = host[0]
-        largest = _largest_ratio(host[2:]) if judged else None
+        third = _move_columns(move, move_variance) if judged else [position.sum(1)]
+        # one transfer to the host; the per-chain bookkeeping below is Python on C floats
+        rows = torch.stack([value.detach(), grad.sum(1), *third]).tolist()
+        values = rows[0]
         # a non-finite position makes the move, hence its largest ratio, non-finite
-        bad = ~np.isfinite(level + host[1] + (host[2] if largest is None else largest))
+        bad = [not math.isfinite(v + g + m) for v, g, m in zip(*rows[:3], strict=True)]
+        largest = _largest_ratios(rows[2:], move_variance) if judged else None
         self.runaway: torch.Tensor | None = None
-        limit = np.maximum(RUNAWAY_GROWTH * self.move_level, RUNAWAY) if judged else None
-        suspect = bad if largest is None else bad | (largest > limit)
-        if self.blow_up is not None:
-            suspect = suspect | self.blow_up.blown_up(level)
-        if not suspect.any():  # the common case: every chain's step is good
+        if not self._suspect(values, largest, bad):  # the common case: every step is good
             if largest is not None:
-                self._update_move_level(largest, np.ones(bad.shape, dtype=bool))
-            self.consecutive[:] = 0
+                self._update_move_level(largest, None)
+            if self.any_consecutive:
+                self._set_consecutive(np.zeros_like(self.consecutive))
             if self.blow_up is not None:
-                self.blow_up.accept(level)
+                self.blow_up.accept(values)
             return None
-        return self._judge(level, largest, limit, bad, grad, position, step, warmup, move,
-                           move_variance, confirm)  # fmt: skip
-
-    def _judge(
-        self, level, largest, limit, bad, grad, position, step, warmup, move, move_variance,
-        confirm,
-    ) -> torch.Tensor | None:  # fmt: skip
-        """:meth:`check` for a step on which some chain looks suspect: which chains diverged,
-        and why."""
-        reason = "non-finite values"
-        if largest is not None:
-            runaway = largest > limit
-            if runaway.any():  # rare: the other conditions only then
-                runaway &= ~bad & (self.move_count > 0) & self._rising(level)
-            self._update_move_level(largest, ~(bad | runaway))
-            if runaway.any():
-                bound = torch.as_tensor(limit, dtype=move.dtype, device=move.device)
-                self.runaway = move.square() / move_variance > bound.reshape(-1, 1)
-                # the level takes the flagged ratio: a repeat of the same move from the restored
-                # state (a momentum building up from rest, far from equilibrium) is not flagged
-                # again, a growing oscillation is within a few steps
-                self.move_level = np.where(runaway, largest, self.move_level)
-                reason = "a runaway move" if not bad.any() else reason
-                bad = bad | runaway
-        if self.blow_up is not None:
-            blown = self.blow_up.blown_up(level) & ~bad
-            if blown.any() and confirm is not None:
-                blown = blown & self.blow_up.exceeds(confirm())
-            if blown.any():
-                reason = "a blow-up of the potential" if not bad.any() else reason
-            bad = bad | blown
-        if not bad.any():
-            self.consecutive[:] = 0
+        bad, reason = self._runaways(values, largest, bad, move, move_variance)
+        bad, reason = self._blow_ups(values, bad, confirm, reason)
+        if not any(bad):
+            self._set_consecutive(np.zeros_like(self.consecutive))
             if self.blow_up is not None:
-                self.blow_up.accept(level)
+                self.blow_up.accept(values)
             return None
-        mask = torch.from_numpy(bad)
-        self._record(mask, level, grad, position, step, warmup, reason)
+        mask = torch.tensor(bad)
+        self._record(mask, values, grad, position, step, warmup, reason)
         return mask
 
-    def _record(self, bad, value, grad, position, step, warmup, reason) -> None:
+    def _suspect(self, values: list[float], largest: list[float] | None, bad: list[bool]) -> bool:
+        """Whether some chain's step is not finite, moved beyond its runaway limit or has a
+        potential above its blow-up ceiling (then :meth:`check` looks closer)."""
+        if any(bad):
+            return True
+        if largest is not None and any(
+            not r <= limit for r, limit in zip(largest, self.move_limit, strict=True)
+        ):
+            return True
+        ceiling = None if self.blow_up is None else self.blow_up.ceiling
+        return ceiling is not None and any(
+            not v <= top for v, top in zip(values, ceiling, strict=True)
+        )
+
+    def _runaways(self, values, largest, bad, move, move_variance) -> tuple[list[bool], str]:
+        """:meth:`check`'s runaway rule on a suspect step: ``bad`` with the runaways added
+        (``self.runaway`` holds their coordinates) and the reason; the move levels take the
+        step."""
+        reason = "non-finite values"
+        if largest is None:
+            return bad, reason
+        limits = list(self.move_limit)  # the limits this step is judged by
+        runaway = [not r <= limit for r, limit in zip(largest, limits, strict=True)]
+        if any(runaway):  # rare: the other conditions only then
+            rising = self._rising(values)
+            runaway = [
+                flagged and not bad[c] and self.move_count[c] > 0 and rising[c]
+                for c, flagged in enumerate(runaway)
+            ]
+        self._update_move_level(largest, [not (b or r) for b, r in zip(bad, runaway, strict=True)])
+        if not any(runaway):
+            return bad, reason
+        bound = torch.tensor(limits, dtype=move.dtype, device=move.device)
+        self.runaway = move.square() / move_variance > bound.reshape(-1, 1)
+        # the level takes the flagged ratio: a repeat of the same move from the restored state
+        # (a momentum building up from rest, far from equilibrium) is not flagged again, a
+        # growing oscillation is within a few steps
+        for c, flagged in enumerate(runaway):
+            if flagged:
+                self._set_move_level(c, largest[c])
+        reason = "a runaway move" if not any(bad) else reason
+        return [b or r for b, r in zip(bad, runaway, strict=True)], reason
+
+    def _blow_ups(self, values, bad, confirm, reason) -> tuple[list[bool], str]:
+        """:meth:`check`'s blow-up rule on a suspect step: ``bad`` with the blow-ups added,
+        each confirmed (when ``confirm`` is given) by the rise on the same minibatch, and the
+        reason."""
+        if self.blow_up is None:
+            return bad, reason
+        blown = [b and not old for b, old in zip(self.blow_up.blown_up(values), bad, strict=True)]
+        if any(blown) and confirm is not None:
+            exceeds = self.blow_up.exceeds(confirm())
+            blown = [b and e for b, e in zip(blown, exceeds, strict=True)]
+        if any(blown) and not any(bad):
+            reason = "a blow-up of the potential"
+        return [b or x for b, x in zip(bad, blown, strict=True)], reason
+
+    def _record(self, bad, values, grad, position, step, warmup, reason) -> None:
         good = ~bad
-        self.consecutive = np.where(bad.numpy(), self.consecutive + 1, 0)
+        self._set_consecutive(np.where(bad.numpy(), self.consecutive + 1, 0))
         self.draw_diverged |= bad
         for c in bad.nonzero().flatten().tolist():
             self.steps[c].append(step)
             if warmup:
                 self.warmup_steps[c] += 1
         if self.blow_up is not None and bool(good.any()):
-            self.blow_up.accept(value, good.numpy())
+            self.blow_up.accept(values, good.tolist())
         self.last_step, self.last_reason = step, reason
         self._bad_values = (grad[bad], position[bad])
 
@@ -407,17 +469,18 @@ class DivergenceMonitor:
             "steps": [list(s) for s in self.steps],
             "warmup_steps": list(self.warmup_steps),
             "draw_diverged": self.draw_diverged.clone(),
-            "move_level": torch.from_numpy(self.move_level.copy()),
-            "move_count": torch.from_numpy(self.move_count.copy()),
+            "move_level": torch.tensor(self.move_level, dtype=torch.float64),
+            "move_count": torch.tensor(self.move_count, dtype=torch.int64),
             "blow_up": None if self.blow_up is None else self.blow_up.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.consecutive = np.asarray(state["consecutive"], dtype=np.int64).copy()
+        self._set_consecutive(np.asarray(state["consecutive"], dtype=np.int64).copy())
         self.steps = [list(s) for s in state["steps"]]
         self.warmup_steps = list(state["warmup_steps"])
         self.draw_diverged = state["draw_diverged"].clone()
-        self.move_level = _host(state["move_level"])
-        self.move_count = np.asarray(state["move_count"], dtype=np.int64).copy()
+        self.move_count = [int(n) for n in state["move_count"]]
+        for c, level in enumerate(_floats(state["move_level"])):
+            self._set_move_level(c, level)
         if self.blow_up is not None and state["blow_up"] is not None:
             self.blow_up.load_state_dict(state["blow_up"])
