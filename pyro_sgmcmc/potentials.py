@@ -205,6 +205,7 @@ class ClosedFormPotential(Potential):
     def __init__(self, model: Any, args: tuple, kwargs: Mapping[str, Any], *base: Any) -> None:
         super().__init__(*base)
         self.model, self.args, self.kwargs = model, args, dict(kwargs)
+        self.flat_prior = _flat_gaussian_prior(model, self.layout)
 
     def log_joint(self, constrained: Mapping[str, torch.Tensor], rows: torch.Tensor | None):
         return self.model.log_joint(constrained, rows, *self.args, **self.kwargs)
@@ -223,11 +224,21 @@ class ClosedFormPotential(Potential):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         constrained_fixed, log_det = self.constrain(fixed)
         params = {**self.layout.unflatten(flat), **constrained_fixed}
-        log_joint, grads = self.model.log_joint_and_gradient(
-            params, rows, *self.args, **self.kwargs
-        )
+        if self.flat_prior is None:
+            log_joint, grads = self.model.log_joint_and_gradient(
+                params, rows, *self.args, **self.kwargs
+            )
+            grad = self.layout.flatten(grads).neg_()
+        else:  # the likelihood from the model, the Gaussian prior on the flat position
+            log_joint, grads = self.model.log_likelihood_and_gradient(
+                params, rows, *self.args, **self.kwargs
+            )
+            precision, log_norm = self.flat_prior
+            log_joint.sub_(torch.linalg.vecdot(flat, flat), alpha=0.5 * precision)
+            log_joint.sub_(flat.shape[-1] * log_norm)
+            grad = self.layout.flatten(grads).sub_(flat, alpha=precision).neg_()
         value = log_joint.neg_() if isinstance(log_det, float) else (log_joint + log_det).neg_()
-        return value, self.layout.flatten(grads).neg_()
+        return value, grad
 
 
 class LogJointPotential(Potential):
@@ -320,6 +331,22 @@ def _per_chain(
         for c in range(num_chains)
     ]
     return torch.stack(values)
+
+
+def _flat_gaussian_prior(model: Any, layout: FlatLayout) -> tuple[float, float] | None:
+    """The model's ``flat_gaussian_prior`` (precision, log normaliser per coordinate) when it
+    has one and ``log_likelihood_and_gradient``, and its prior covers exactly the flat
+    position's sites: the potential then adds the prior in one reduction over the position."""
+    prior = getattr(model, "flat_gaussian_prior", None)
+    covered = getattr(model, "analytic_gradient_sites", None)
+    if (
+        prior is None
+        or not callable(getattr(model, "log_likelihood_and_gradient", None))
+        or covered is None
+        or set(covered) != set(layout.names)
+    ):
+        return None
+    return prior
 
 
 def closed_form_gradient_covers(

@@ -180,6 +180,8 @@ def test_closed_form_potential_agrees_with_autograd_and_the_trace(likelihood, ou
         y = torch.randn(40, generator=generator)
     fast, autograd, trace = _potentials(model, x, y, ("auto", "log_joint", "trace"))
     assert isinstance(fast, ClosedFormPotential) and autograd.batched
+    # the N(0, 1) prior is added on the flat position, the likelihood comes from the model
+    assert fast.flat_prior == (1.0, model.prior._log_norm)
     position = {
         name: torch.randn(shape, generator=generator) for name, shape in model.site_shapes().items()
     }
@@ -204,6 +206,7 @@ def test_closed_form_potential_reads_gamma_precisions_and_refuses_constrained_si
     weights = tuple(hierarchical.analytic_gradient_sites)
     closed, trace = _potentials(hierarchical, x, y, ("auto", "trace"), sites=weights)
     assert isinstance(closed, ClosedFormPotential)
+    assert closed.flat_prior is None  # per-group precisions: the model adds its prior itself
     position = {
         name: torch.randn(shape, generator=generator).abs() + 0.1
         for name, shape in hierarchical.site_shapes().items()

@@ -47,14 +47,27 @@ class FlatLayout:
         """``D``, the total number of coordinates."""
         return sum(self.sizes)
 
+    @cached_property
+    def _vectors(self) -> frozenset[str]:
+        """The sites whose values are vectors: their rows of a ``(C, D)`` tensor need no
+        reshaping (a per-step saving of one call each)."""
+        return frozenset(name for name, shape in self.shapes.items() if len(shape) == 1)
+
     def flatten(self, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """``(C, D)`` from per-site values of shape ``(C, *shape)``."""
-        parts = [values[name].reshape(values[name].shape[0], -1) for name in self.shapes]
+        parts = [values[name] for name in self.shapes]
+        parts = [part if part.dim() == 2 else part.reshape(part.shape[0], -1) for part in parts]
         return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-site views ``(..., *shape)`` of a ``(..., D)`` tensor."""
         parts = torch.split_with_sizes(flat, self.sizes, dim=-1)  # no Python-level wrapper
+        if flat.dim() == 2:
+            vectors = self._vectors
+            return {
+                name: part if name in vectors else part.reshape(part.shape[0], *shape)
+                for (name, shape), part in zip(self._items, parts, strict=True)
+            }
         lead = flat.shape[:-1]
         return {
             name: part.reshape(lead + shape)

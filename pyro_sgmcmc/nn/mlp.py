@@ -55,12 +55,15 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,
 }
 
-#: Derivatives of the activations as functions of their *outputs* (analytic gradient path).
-_DERIVATIVES: dict[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]
-_DERIVATIVES = {
-    torch.tanh: lambda h: 1 - h * h,
-    torch.sigmoid: lambda h: h * (1 - h),
-    torch.relu: lambda h: (h > 0).to(h.dtype),
+#: Back-propagation through the activations: ``g`` times the derivative, as a function of the
+#: activation's *output* ``h`` (analytic gradient path; two operations each, ``g`` reused).
+_BACKWARD: dict[
+    Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+]
+_BACKWARD = {
+    torch.tanh: lambda g, h: torch.addcmul(g, g * h, h, value=-1),  # g (1 - h^2)
+    torch.sigmoid: lambda g, h: g.mul_(torch.addcmul(h, h, h, value=-1)),  # g h (1 - h)
+    torch.relu: lambda g, h: g.mul_(h > 0),
 }
 
 
@@ -417,13 +420,25 @@ class BayesianMLP(PyroModule):
         return (
             type(self.prior) in (NormalPrior, GammaPrecision)
             and (normal_head or isinstance(head, CategoricalLikelihood))
-            and self.activation in _DERIVATIVES
+            and self.activation in _BACKWARD
         )
 
     @property
     def analytic_gradient_sites(self) -> tuple[str, ...]:
         """The sites :meth:`log_joint_and_gradient` differentiates: the weights and biases."""
         return self._group_sites
+
+    @property
+    def flat_gaussian_prior(self) -> tuple[float, float] | None:
+        r"""``(precision, log_norm)`` of the fixed :class:`NormalPrior` :math:`N(0, \sigma^2)`
+        on every weight and bias (:math:`1/\sigma^2` and :math:`\log\sigma +
+        \frac12\log 2\pi`), else ``None``. With it, a potential over the flat vector :math:`z`
+        of all weights and biases adds :math:`-\log p(z) = \frac{|z|^2}{2\sigma^2} + D\,
+        \mathrm{log\_norm}` in one reduction, and :meth:`log_likelihood_and_gradient` gives the
+        rest."""
+        if type(self.prior) is not NormalPrior:
+            return None
+        return 2.0 * self.prior._half_precision, self.prior._log_norm
 
     def log_joint_and_gradient(
         self,
@@ -436,25 +451,60 @@ class BayesianMLP(PyroModule):
 
         For ``params`` with one leading chain dimension :math:`C` and ``subsample`` of shape
         ``(C, B)`` or ``None``, returns the ``(C,)`` log joints and their gradients with
-        respect to each weight and bias site. With :math:`a_l = h_l W_l^\top + b_l`,
-        :math:`h_{l+1} = \phi(a_l)` and :math:`G_l = \partial \log p / \partial a_l`,
+        respect to each weight and bias site: :meth:`log_likelihood_and_gradient` plus the
+        prior's :math:`\partial \log p / \partial W_l = -W_l / \sigma_p^2` (the same for the
+        biases). With a :class:`GammaPrecision` prior :math:`1/\sigma_p^2` is the group's
+        precision :math:`\lambda_g` from ``params`` (held fixed: no gradient is returned for
+        it). Only when :attr:`has_analytic_gradient`; the tests compare it with autograd
+        through :meth:`log_joint`.
+        """
+        log_joint, grads = self.log_likelihood_and_gradient(params, subsample, x, y)
+        sites = [site for pair in self._layer_sites for site in pair]
+        prior = self.prior
+        if isinstance(prior, GammaPrecision):
+            # d/dw log N(w | 0, 1/lambda) = -lambda w, one lambda per chain and group
+            for site in sites:
+                grad = grads[site]
+                precision = params[site + GammaPrecision.suffix]
+                grad.addcmul_(
+                    params[site], precision.reshape(-1, *[1] * (grad.dim() - 1)), value=-1
+                )
+            return log_joint.add_(self.log_prior(params, 1)), grads
+        precision, log_norm = self.flat_gaussian_prior  # type: ignore[misc]
+        for site in sites:
+            grads[site].sub_(params[site], alpha=precision)
+        # -|theta|^2 / (2 sigma^2) - D log_norm, all sites in one reduction
+        flat = torch.cat([params[site].flatten(1) for site in sites], 1)
+        log_joint.sub_(flat.square().sum(-1), alpha=0.5 * precision)
+        return log_joint.sub_(flat.shape[1] * log_norm), grads
+
+    def log_likelihood_and_gradient(
+        self,
+        params: Mapping[str, torch.Tensor],
+        subsample: torch.Tensor | None,
+        x: torch.Tensor,
+        y: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        r"""The ``(C,)`` scaled minibatch log likelihoods :math:`\frac{N}{B}\log p(y_S \mid
+        \theta)` (times ``likelihood_weight``) and their gradients with respect to each weight
+        and bias site, by hand-written back-propagation (no prior term; see
+        :meth:`log_joint_and_gradient` for the shapes).
+
+        With :math:`a_l = h_l W_l^\top + b_l`, :math:`h_{l+1} = \phi(a_l)` and :math:`G_l =
+        \partial \log p / \partial a_l`,
 
         .. math::
 
             G_{L-1} = \frac{N}{B}\,\frac{\partial \log p(y \mid f)}{\partial f}, \quad
-            \frac{\partial}{\partial W_l} = G_l^\top h_l - \frac{W_l}{\sigma_p^2}, \quad
-            \frac{\partial}{\partial b_l} = \mathbf 1^\top G_l - \frac{b_l}{\sigma_p^2}, \quad
+            \frac{\partial}{\partial W_l} = G_l^\top h_l, \quad
+            \frac{\partial}{\partial b_l} = \mathbf 1^\top G_l, \quad
             G_{l-1} = (G_l W_l) \odot \phi'(a_{l-1}),
 
         with :math:`\partial \log p / \partial f = -(f - y)/\sigma^2` (Normal head) or
         :math:`\mathrm{onehot}(y) - \mathrm{softmax}(f)` (categorical head), times
-        ``1 / likelihood_temperature``. With a :class:`GammaPrecision` prior
-        :math:`1/\sigma_p^2` is the group's precision :math:`\lambda_g` from ``params`` (held
-        fixed: no gradient is returned for it). A small network
-        spends most of an autograd step in the engine's per-node overhead (for the 1-20-20-1
-        sinusoid network, about half the step); this costs a handful of batched matrix
-        products. Only when :attr:`has_analytic_gradient`; the tests compare it with autograd
-        through :meth:`log_joint`.
+        ``1 / likelihood_temperature``. A small network spends most of an autograd step in the
+        engine's per-node overhead (for the 1-20-20-1 sinusoid network, about half the step);
+        this costs a handful of batched matrix products.
         """
         if not self.has_analytic_gradient:
             raise ValueError(
@@ -470,61 +520,51 @@ class BayesianMLP(PyroModule):
         else:
             h, yb = _take_rows(x, subsample), _take_rows(y, subsample)
             scale = self.likelihood_weight * x.shape[0] / subsample.shape[-1]
-        derivative = _DERIVATIVES[self.activation]
-        layer_sites = self._layer_sites
-        last = len(layer_sites) - 1
+        inputs, outputs = self._forward_layers(params, h)
+        log_lik, grad_f = self._head_and_gradient(outputs[-1], yb, scale)
+        return log_lik.mul_(scale), self._back_propagate(params, inputs, outputs, grad_f)
+
+    def _forward_layers(self, params, h) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Each layer's input and output (the activation applied but on the last)."""
+        last = len(self._layer_sites) - 1
         inputs, outputs = [], []
-        for index, (w_site, b_site) in enumerate(layer_sites):
+        for index, (w_site, b_site) in enumerate(self._layer_sites):
             w, b = params[w_site], params[b_site]
             inputs.append(h)
-            if h.dim() == 3:
-                a = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
-            else:  # rows shared by all chains
-                a = torch.matmul(h, w.transpose(1, 2)).add_(b.unsqueeze(1))
+            rows = h if h.dim() == 3 else h.expand(w.shape[0], *h.shape)  # shared by the chains
+            a = torch.baddbmm(b.unsqueeze(1), rows, w.transpose(1, 2))
             h = self.activation(a) if index < last else a
             outputs.append(h)
-        f = h  # (C, B, K)
+        return inputs, outputs
+
+    def _head_and_gradient(self, f, yb, scale) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``(C,)`` unscaled log likelihoods of the outputs ``f`` (``(C, B, K)``) and
+        ``scale`` times their gradient with respect to ``f``."""
         head = self.head
         if isinstance(head, NormalLikelihood):
             residual = f.squeeze(-1) - yb if self.out_features == 1 else f - yb
-            # (N/B) log p(y | f) = -(N/B) (rows log_norm + half_precision sum r^2)
+            # log p(y | f) = -(rows log_norm + half_precision sum r^2)
             log_lik = residual.flatten(1).square().sum(-1)
             log_lik = log_lik.mul_(-head._half_precision).sub_(residual[0].numel() * head._log_norm)
-            grad_f = residual.mul(-2 * head._half_precision * scale).reshape(f.shape)
-        else:
-            log_prob = f.log_softmax(-1)
-            labels = yb.expand(f.shape[:-1]).unsqueeze(-1)
-            log_lik = log_prob.gather(-1, labels).flatten(1).sum(-1)
-            grad_f = log_prob.exp_().neg_()
-            grad_f.scatter_add_(-1, labels, torch.ones_like(labels, dtype=f.dtype))
-            grad_f.mul_(scale)
-        prior = self.prior
-        gamma = isinstance(prior, GammaPrecision)
-        prior_precision = 0.0 if gamma else 2 * prior._half_precision  # type: ignore[attr-defined]
+            return log_lik, residual.mul(-2 * head._half_precision * scale).reshape(f.shape)
+        log_prob = f.log_softmax(-1)
+        labels = yb.expand(f.shape[:-1]).unsqueeze(-1)
+        log_lik = log_prob.gather(-1, labels).flatten(1).sum(-1)
+        grad_f = log_prob.exp_().neg_()
+        grad_f.scatter_add_(-1, labels, torch.ones_like(labels, dtype=f.dtype))
+        return log_lik, grad_f.mul_(scale)
+
+    def _back_propagate(self, params, inputs, outputs, g) -> dict[str, torch.Tensor]:
+        """The gradients of each weight and bias from the output gradient ``g``."""
+        backward = _BACKWARD[self.activation]
         grads: dict[str, torch.Tensor] = {}
-        g = grad_f
-        for index in range(last, -1, -1):
-            w_site, b_site = layer_sites[index]
-            w, b = params[w_site], params[b_site]
-            grad_w = torch.matmul(g.transpose(1, 2), inputs[index])
-            grad_b = g.sum(1)
-            if gamma:  # d/dw log N(w | 0, 1/lambda) = -lambda w, one lambda per chain and group
-                suffix = GammaPrecision.suffix
-                grad_w.addcmul_(w, params[w_site + suffix].reshape(-1, 1, 1), value=-1)
-                grad_b.addcmul_(b, params[b_site + suffix].reshape(-1, 1), value=-1)
-            else:
-                grad_w.sub_(w, alpha=prior_precision)
-                grad_b.sub_(b, alpha=prior_precision)
-            grads[w_site], grads[b_site] = grad_w, grad_b
+        for index in range(len(self._layer_sites) - 1, -1, -1):
+            w_site, b_site = self._layer_sites[index]
+            grads[w_site] = torch.matmul(g.transpose(1, 2), inputs[index])
+            grads[b_site] = g.sum(1)
             if index > 0:
-                g = torch.bmm(g, w).mul_(derivative(outputs[index - 1]))
-        if gamma:
-            log_prior = self.log_prior(params, 1)
-        else:  # -half_precision |theta|^2 - D log_norm, all sites in one reduction
-            flat = torch.cat([params[site].flatten(1) for pair in layer_sites for site in pair], 1)
-            log_prior = flat.square().sum(-1).mul_(-prior._half_precision)  # type: ignore[attr-defined]
-            log_prior.sub_(flat.shape[1] * prior._log_norm)  # type: ignore[attr-defined]
-        return log_prior.add_(log_lik, alpha=scale), grads
+                g = backward(torch.bmm(g, params[w_site]), outputs[index - 1])
+        return grads
 
     # ------------------------------------------------------------------ Gibbs steps
     def gibbs_updates(self) -> list[GibbsUpdate]:
