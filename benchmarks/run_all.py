@@ -1,6 +1,7 @@
 """Summary of the performance benchmarks: one table from the JSON files in ``results/``.
 
-Reads what ``step_overhead.py`` (W1), ``w1g_pyro_module.py`` (W1g), ``w2_small_bnn.py`` (W2),
+Reads what ``step_overhead.py`` (W1), ``engine_overhead.py`` (W2 engine step against another
+checkout, when run), ``w1g_pyro_module.py`` (W1g), ``w2_small_bnn.py`` (W2),
 ``w3_fashion_mnist.py`` (W3), ``w4_known_posterior.py`` (W4), ``w5_lenet.py`` (W5),
 ``w7_distributed.py`` (W7) and ``uci_regression.py`` last wrote, and prints workload, ours,
 baseline, ratio, target and pass/fail with the load average at measurement time (timings under
@@ -62,9 +63,23 @@ def main() -> None:
                     "load": load,
                 }
             )
-    rows += _w1g_rows() + _w5_rows() + _w7_rows() + _uci_rows()
+    rows += _engine_rows() + _w1g_rows() + _w5_rows() + _w7_rows() + _uci_rows()
     print_table(rows, COLUMNS)
     write_json("summary", {"rows": rows})
+
+
+def _engine_rows() -> list[dict]:
+    result = _read("engine_overhead")
+    if result is None:  # needs another checkout (--against), so it is often not run
+        return []
+    ours, theirs = result["rows"]
+    return [
+        {"workload": "W2 engine step, 8 chains, vs " + theirs["tree"],
+         "ours": ours["s per 1000 steps (median of rounds)"] + " s / 1000 steps",
+         "baseline": theirs["s per 1000 steps (median of rounds)"], "ratio":
+         f"{result['ratio']:.3f}", "target": "<= 1 (no regression)", "pass": result["ratio"] <= 1.0,
+         "load": result.get("load_average", "not recorded")}
+    ]  # fmt: skip
 
 
 def _w1g_rows() -> list[dict]:

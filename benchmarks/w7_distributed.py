@@ -7,10 +7,13 @@ Rows (each run is launched by ``torchrun --standalone --nproc-per-node=R``, ``OM
   data parallel (``data_parallel=True``: each rank evaluates 500 rows of every batch, one
   all-reduce of the 79,510-dimensional gradient per step). Target: time per kept draw with 2
   ranks <= 0.6x that of 1 rank.
-* ``mlp / chains``: the same network, 2 chains: stacked on 1 rank, or one per rank
+* ``mlp / chains``: the same network, 2 chains: on 1 rank stacked in one ``run_chains`` or one
+  after the other (the faster counts; the table says which), or one per rank
   (``distribute_chains=True``, nothing communicated while sampling).
 * ``lenet / data``: the W5 LeNet-5 at batch 256, when ``pyro_sgmcmc.nn`` has it (else skipped,
   and the table says so).
+* ``lenet / chains``: the same, 2 chains, as for the MLP (stacked LeNet chains cost more than
+  two single ones: ``vmap`` turns the convolutions into grouped ones).
 * ``linreg / data``: W4's Bayesian linear regression at N = 1e6 (d = 10), 10 chains, SGHMC-CV,
   batch 1000, thinning 10: a step computes almost nothing, so communication and the per-step
   overhead, which data parallelism does not divide, dominate.
@@ -22,8 +25,9 @@ the scaling model of ``docs/distributed.md``,
     T(R) = t0 + c B / R + 2 (R - 1) alpha + 2 (R - 1) / R * bytes / beta,
 
 whose prediction is printed beside the measured 2-rank time, and projected to 2..64 workers for
-two networks. Run ``python benchmarks/w7_distributed.py`` (about 3 minutes) when the machine is
-quiet: the JSON records the load average; ``--quick`` runs fewer draws.
+two networks; a second probe times the same all-reduce right after a step's compute, as it runs
+in a data-parallel step. Run ``python benchmarks/w7_distributed.py`` (about 6 minutes) when the
+machine is quiet: the JSON records the load average; ``--quick`` runs fewer draws.
 """
 
 from __future__ import annotations
@@ -85,7 +89,8 @@ def lenet_run(args) -> dict | None:
         seed=0,
         data_parallel=args.mode == "data",
     )
-    return {"kernel": kernel, "data": (x.reshape(-1, 1, 28, 28), y), "chains": 1, "source": source}
+    data = (x.reshape(-1, 1, 28, 28), y)
+    return {"kernel": kernel, "data": data, "chains": args.chains, "source": source}
 
 
 def linreg_run(args) -> dict:
@@ -109,7 +114,9 @@ def linreg_run(args) -> dict:
 
 
 def probe_all_reduce() -> dict:
-    """Median seconds of gloo's all-reduce of float32 vectors of several sizes."""
+    """Median seconds of gloo's all-reduce of float32 vectors of several sizes, back to back,
+    and of the MLP's gradient-sized one right after a step's worth of compute (as in a
+    data-parallel run)."""
     import torch.distributed as dist
 
     timings = {}
@@ -124,7 +131,33 @@ def probe_all_reduce() -> dict:
             dist.all_reduce(buffer)
             samples.append(time.perf_counter() - start)
         timings[size] = sorted(samples)[len(samples) // 2]
-    return {"all_reduce_seconds": timings}
+    return {"all_reduce_seconds": timings, "after_compute_seconds": _all_reduce_after_compute()}
+
+
+def _all_reduce_after_compute() -> dict:
+    """Median and mean seconds of the all-reduce of the W3 gradient (79,513 floats) when each
+    rank has just run the forward and backward pass of 500 rows of the W3 network (the mean
+    counts the stalls in the tail, which a throughput pays)."""
+    import torch.distributed as dist
+
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.randn(500, 784, generator=generator)
+    hidden = torch.randn(784, 100, generator=generator, requires_grad=True)
+    out = torch.randn(100, 10, generator=generator, requires_grad=True)
+    buffer = torch.ones(79_513)
+    samples = []
+    for index in range(110):
+        torch.sigmoid(rows @ hidden).matmul(out).logsumexp(1).sum().backward()
+        start = time.perf_counter()
+        dist.all_reduce(buffer)
+        if index >= 10:
+            samples.append(time.perf_counter() - start)
+    samples.sort()
+    return {
+        "median": samples[len(samples) // 2],
+        "mean": sum(samples) / len(samples),
+        "p90": samples[9 * len(samples) // 10],
+    }
 
 
 def worker(args) -> None:
@@ -204,6 +237,25 @@ def launch(workload: str, mode: str, ranks: int, batch: int, draws: int) -> dict
         return json.loads(result.read_text())
 
 
+def _one_rank_baseline(runs: dict, name: str, stacked: dict) -> tuple[dict, str]:
+    """The 1-rank time to beat: for the chains rows, the faster of the chains stacked in one
+    ``run_chains`` and the same chains one after the other (``chains`` times the 1-chain run of
+    the data row: same network, batch and steps per draw); a user on one rank takes the
+    faster."""
+    if not name.endswith("/chains"):
+        return stacked, "stacked" if stacked["chains"] > 1 else ""
+    single = runs.get(name.replace("/chains", "/data") + "/1")
+    if single is None or "skipped" in single:
+        return stacked, "stacked"
+    chains = stacked["chains"]
+    one_by_one = chains * single["seconds_per_draw"]
+    if one_by_one >= stacked["seconds_per_draw"]:
+        return stacked, "stacked"
+    baseline = dict(stacked, seconds_per_draw=one_by_one)
+    baseline["seconds_per_step"] = one_by_one / stacked["steps_per_draw"]
+    return baseline, "one after the other"
+
+
 def fit_all_reduce(probe: dict) -> tuple[float, float]:
     """``alpha`` from the 1-float all-reduce, ``beta`` from the 1e6-float one (2 ranks: a ring
     all-reduce sends 2 (R-1)/R = 1 times the buffer)."""
@@ -243,7 +295,7 @@ def main() -> None:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="data", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=MLP_BATCH, help=argparse.SUPPRESS)
-    parser.add_argument("--draws", type=int, default=5, help="kept draws timed per run")
+    parser.add_argument("--draws", type=int, default=12, help="kept draws timed per run")
     parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="3 draws per run")
     args = parser.parse_args()
@@ -263,6 +315,7 @@ def measure(draws: int) -> dict:
         plan[f"mlp/data/{ranks}"] = ("mlp", "data", ranks, MLP_BATCH, draws)
         plan[f"mlp/chains/{ranks}"] = ("mlp", "chains", ranks, MLP_BATCH, draws)
         plan[f"lenet/data/{ranks}"] = ("lenet", "data", ranks, LENET_BATCH, draws)
+        plan[f"lenet/chains/{ranks}"] = ("lenet", "chains", ranks, LENET_BATCH, draws)
         plan[f"linreg/data/{ranks}"] = ("linreg", "data", ranks, LINREG_BATCH, 4 * draws)
     plan["mlp/data/1/half"] = ("mlp", "data", 1, MLP_BATCH // 2, draws)
     runs = {}
@@ -278,12 +331,13 @@ def report(runs: dict, draws: int, load_before: list[float]) -> None:
     per_row = (full["seconds_per_step"] - half["seconds_per_step"]) / (MLP_BATCH / 2)
     t0 = full["seconds_per_step"] - per_row * MLP_BATCH
     rows, notes = [], []
-    for name in ("mlp/data", "mlp/chains", "lenet/data", "linreg/data"):
+    for name in ("mlp/data", "mlp/chains", "lenet/data", "lenet/chains", "linreg/data"):
         one, two = runs[f"{name}/1"], runs[f"{name}/2"]
         if "skipped" in one:
             notes.append(f"{name}: skipped, {one['skipped']}")
             continue
         nbytes = 4 * one["chains"] * (one["dimension"] + 3)
+        one, how = _one_rank_baseline(runs, name, one)
         predicted = ""
         if name == "mlp/data":
             step = model_time(t0, per_row, MLP_BATCH, 2, nbytes, alpha, beta)
@@ -300,6 +354,7 @@ def report(runs: dict, draws: int, load_before: list[float]) -> None:
                 "1 rank ms/step": f"{1e3 * one['seconds_per_step']:.2f}",
                 "2 ranks ms/step": f"{1e3 * two['seconds_per_step']:.2f}",
                 "model 2 ranks s/draw": predicted,
+                "1 rank runs the chains": how,
                 "bytes/step": nbytes if "data" in name else 0,
             }
         )
@@ -308,6 +363,15 @@ def report(runs: dict, draws: int, load_before: list[float]) -> None:
         f"all-reduce on loopback: alpha = {1e6 * alpha:.0f} us, beta = {beta / 1e9:.2f} GB/s; "
         f"MLP step: t0 = {1e3 * t0:.2f} ms fixed + c = {1e6 * per_row:.1f} us per row"
     )
+    loaded = runs["probe"].get("after_compute_seconds")
+    if loaded is not None:
+        idle = model_time(0.0, 0.0, 0, 2, 4 * 79_513, alpha, beta)
+        print(
+            "all-reduce of the MLP gradient right after a step's compute: median "
+            f"{1e3 * loaded['median']:.2f} ms, mean {1e3 * loaded['mean']:.2f} ms, 90th "
+            f"percentile {1e3 * loaded['p90']:.2f} ms (the model's idle estimate: "
+            f"{1e3 * idle:.2f} ms)"
+        )
     for note in notes:
         print(note)
     mlp_bytes = 4 * (runs["mlp/data/1"]["dimension"] + 3)

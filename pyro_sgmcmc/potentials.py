@@ -194,12 +194,19 @@ class Potential:
 
 
 class ClosedFormPotential(Potential):
-    """The model's hand-written gradient: ``log_joint_and_gradient(params, rows, *args)``.
+    r"""The model's hand-written gradient: ``log_joint_and_gradient(params, rows, *args)``.
 
     Applies when :func:`closed_form_gradient_covers` the moving sites: each is unconstrained and
     among the model's ``analytic_gradient_sites``; the fixed sites (e.g. Gibbs-updated
     precisions) are only read. No autograd graph is recorded, which removes most of the per-step
     overhead of a small network.
+
+    A model whose prior is one Gaussian :math:`N(0, 1/\lambda)` over all the moving sites
+    (``flat_gaussian_prior`` gives :math:`\lambda` and the log normaliser per coordinate) and
+    which offers ``log_likelihood_and_gradient`` has its prior added here, on the flat position
+    :math:`z` in one reduction: :math:`U = \frac{\lambda}{2}|z|^2 + D\,\mathrm{log\_norm} -
+    \frac{N}{B}\log p(y_S \mid z)` and :math:`\nabla U = \lambda z - \nabla \frac{N}{B}
+    \log p(y_S \mid z)`, instead of one prior term per site inside the model.
     """
 
     def __init__(self, model: Any, args: tuple, kwargs: Mapping[str, Any], *base: Any) -> None:
