@@ -13,7 +13,7 @@ Rows (each run is launched by ``torchrun --standalone --nproc-per-node=R``, ``OM
 * ``lenet / data``: the W5 LeNet-5 at batch 256, when ``pyro_sgmcmc.nn`` has it (else skipped,
   and the table says so).
 * ``lenet / chains``: the same, 2 chains, as for the MLP (stacked LeNet chains cost more than
-  two single ones: ``vmap`` turns the convolutions into grouped ones).
+  two single ones on the CPU: ``vmap``'s batched convolutions and pooling are slower).
 * ``linreg / data``: W4's Bayesian linear regression at N = 1e6 (d = 10), 10 chains, SGHMC-CV,
   batch 1000, thinning 10: a step computes almost nothing, so communication and the per-step
   overhead, which data parallelism does not divide, dominate.
