@@ -83,6 +83,8 @@ PRIORS = ("normal", "scale_mixture", "gamma_precision")
 #: Observation noise of regression models: a Gamma-distributed precision (Gibbs-updated by the
 #: SG-MCMC kernels), a half-Normal scale, or a fixed scale.
 NOISES = ("auto", "known", "gamma", "halfnormal", "fixed")
+#: A method whose kept draws had a divergent step this often gets a note in the results.
+DIVERGENT_SHARE = 0.1
 #: Tasks of a data file (``None`` infers the task from the target column).
 TASKS = ("regression", "classification")
 #: The file that marks a directory as written by :func:`run_comparison` and lists its files.
@@ -993,6 +995,25 @@ def convergence(idata, method: str, wall_time: float) -> dict[str, float | int |
     return result
 
 
+def _divergence_note(idata, method: str) -> str:
+    """What to say when at least :data:`DIVERGENT_SHARE` of the kept draws had a divergent step
+    (empty otherwise): the table's numbers for such a run come from chains that were put back
+    again and again, e.g. never left their starting points."""
+    stats = idata.sample_stats if "sample_stats" in idata.groups() else None
+    if stats is None or "diverging" not in stats.data_vars:
+        return ""
+    share = float(stats["diverging"].values.mean())
+    if share < DIVERGENT_SHARE:
+        return ""
+    what = "every kept draw" if share == 1.0 else f"{share:.0%} of the kept draws"
+    if method == "nuts":
+        return f"{what} of NUTS diverged: its numbers are not to be trusted"
+    return (
+        f"{what} had a divergent step (a diverged step is undone, so the chains barely moved): "
+        f"give a smaller --{method}-lr, or leave it unset for the adaptive warm-up"
+    )
+
+
 # --------------------------------------------------------------------------- the runner
 
 _RUNNERS = {
@@ -1115,6 +1136,8 @@ def run_method(
         if data.x_grid is not None:
             outcome.grid_prediction = posterior_predictive(model, samples, data.x_grid)
         result.diagnostics = convergence(idata, method, result.wall_time)
+        notes = (result.message, _divergence_note(idata, method))
+        result.message = "; ".join(note for note in notes if note)
         outcome.idata = idata
     except Exception as error:  # any failure of one method is reported, the others go on
         if math.isnan(result.wall_time):

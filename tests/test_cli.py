@@ -404,6 +404,21 @@ def test_sample_exits_1_when_the_method_fails(tmp_path, capsys):
     assert not output.exists()
 
 
+def test_sample_says_when_the_kept_draws_diverged(tmp_path, capsys):
+    """A step size that diverges on every step leaves the chains at their start: the run still
+    writes its file, and the results say why its numbers are poor and what to change."""
+    output = tmp_path / "stuck.nc"
+    args = ["sample", "sghmc", "-o", str(output), *TINY, "--sghmc-lr", "0.1"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "every kept draw had a divergent step" in printed
+    assert "give a smaller --sghmc-lr, or leave it unset" in printed
+    assert az.from_netcdf(output).sample_stats["diverging"].values.all()
+    # a step that works gets no such note
+    assert main([*args[:3], str(tmp_path / "fine.nc"), *TINY, "--sghmc-lr", "0.001"]) == 0
+    assert "divergent step" not in capsys.readouterr().out
+
+
 # --------------------------------------------------------------------------- matplotlib
 
 

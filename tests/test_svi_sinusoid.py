@@ -2,8 +2,9 @@
 
 Two findings, each a slow test (about 10-20 s each on one core):
 
-* with the demo's model (1-10-10-1 tanh, N(0, 1) weights, a Gamma noise precision learnt with the
-  weights) the mean-field ELBO's optimum explains the data as noise: the fitted noise is about 5
+* with the demo's network (1-10-10-1 tanh, N(0, 1) weights) and a Gamma noise precision learnt
+  with the weights (``noise="gamma"``; the demo itself now uses the sinusoid's known noise) the
+  mean-field ELBO's optimum explains the data as noise: the fitted noise is about 5
   times the true one and the test RMSE stays near 3 (NUTS and SGHMC: about 1.1), however the
   guide starts; this is the objective, not the optimiser;
 * with seed 004's model (the same network, the noise known) the default fit_svi settings plus
@@ -32,7 +33,8 @@ pytestmark = pytest.mark.slow
 
 def _score(variant: str) -> dict[str, float]:
     """Fit, export and score SVI on the sinusoid as the demo does (its data, seed, chains)."""
-    config = CompareConfig(out=None, progress=False, figures=False)
+    noise = "gamma" if variant == "learnt-noise" else "auto"
+    config = CompareConfig(out=None, progress=False, figures=False, noise=noise)
     data = load_dataset(config.dataset, seed=config.seed, test_fraction=config.test_fraction)
     pyro.clear_param_store()
     pyro.set_rng_seed(config.seed)
@@ -46,7 +48,7 @@ def _score(variant: str) -> dict[str, float]:
         progress_bar=False,
         num_threads=1,
     )
-    if variant != "demo":
+    if variant != "learnt-noise":
         sigma = data.metadata["noise"] / data.y_scale  # the generating noise, standardised
         model = BayesianMLP(
             data.num_features,
@@ -74,7 +76,7 @@ def _score(variant: str) -> dict[str, float]:
     prediction = posterior_predictive(model, posterior_samples(idata), data.x_test, data.y_test)
     scores = predictive_metrics(prediction, data)
     scores["seconds"] = seconds
-    if variant == "demo":
+    if variant == "learnt-noise":
         draws = posterior_samples(idata)
         sigma = float(draws["noise_precision"].rsqrt().mean()) * data.y_scale
         scores["fitted_noise"] = sigma
@@ -82,8 +84,8 @@ def _score(variant: str) -> dict[str, float]:
     return scores
 
 
-def test_the_demo_model_underfits_because_of_its_objective():
-    scores = _score("demo")
+def test_a_learnt_noise_makes_svi_underfit_because_of_its_objective():
+    scores = _score("learnt-noise")
     assert scores["rmse"] > 2.5
     assert scores["fitted_noise"] > 3.0  # the generating noise is 1.0
 
