@@ -19,11 +19,12 @@ between calls. Its values and gradients equal the trace path's (tested).
 
 The usual prior of a Bayesian network, a ``Normal`` with constant parameters on every weight
 (``PyroSample(dist.Normal(0, s).expand(shape).to_event(...))``), is taken out of the autograd
-graph: :class:`GaussianPrior` adds its potential and gradient in closed form on the flat
-position, one fused pass over the weights instead of a graph of element-wise operations whose
-backward pass costs as much as a layer. The handler checks at every call that each such site is
-still drawn from the very distribution object it was found with (a ``PyroSample`` prior is
-stored on the module, so it is), and gives the closed form up for good otherwise.
+graph: :class:`~pyro_sgmcmc.potentials.GaussianPrior` adds its potential and gradient in closed
+form on the flat position, one fused pass over the weights instead of a graph of element-wise
+operations whose backward pass costs as much as a layer. The handler checks at every call that
+each such site is still drawn from the very distribution object it was found with (a
+``PyroSample`` prior is stored on the module, so it is), and gives the closed form up for good
+otherwise.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ from torch.distributions import Independent, Normal
 from .errors import SamplerWarning
 from .graph_capture import CapturedGraph
 from .model_structure import DataPlate
-from .potentials import Potential, TracePotential
+from .potentials import _HALF_LOG_TWO_PI, GaussianPrior, Potential, TracePotential
 
-__all__ = ["FunctionalPotential", "GaussianPrior", "LogDensity", "StructureChanged"]
+__all__ = ["FunctionalPotential", "LogDensity", "StructureChanged", "find_gaussian_prior"]
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -231,7 +232,8 @@ class FunctionalPotential(Potential):
         self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Autograd through the handler, with the Gaussian priors of the moving sites
-        (:class:`GaussianPrior`) in closed form once the first call has found them."""
+        (:class:`~pyro_sgmcmc.potentials.GaussianPrior`) in closed form once the first call has
+        found them."""
         prior = self.gaussian_prior
         if prior is None or prior is False or self.fallback is not None:
             value, grad = super().value_and_grad(flat, fixed, rows)
@@ -259,7 +261,7 @@ class FunctionalPotential(Potential):
             return
         same = {name: fn for name, fn in seen.items() if self._first_priors.get(name) is fn}
         self._first_priors = {}
-        prior = GaussianPrior.find(same, self.layout, self.non_identity)
+        prior = find_gaussian_prior(same, self.layout, self.non_identity)
         if prior is not None:
             prior.move_to(like)
         self.gaussian_prior = prior or False
@@ -381,98 +383,40 @@ def _chains(value: torch.Tensor) -> Sequence[torch.Tensor]:
     return (value.squeeze(0),) if value.shape[0] == 1 else value.unbind(0)
 
 
-_HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
-
-
-class GaussianPrior:
-    r"""The potential of constant Gaussian priors on moving sites, in closed form on the flat
-    position.
-
-    For the coordinates :math:`j` of the covered sites, with prior
-    :math:`\theta_j \sim \mathcal N(\mu_j, \sigma_j^2)` (constants) and
-    :math:`\lambda_j = \sigma_j^{-2}`,
-
-    .. math::
-
-        U_0(\theta) = \tfrac12 \sum_j \lambda_j (\theta_j - \mu_j)^2
-                      + \sum_j \big(\log\sigma_j + \tfrac12 \log 2\pi\big), \qquad
-        \nabla_{\theta_j} U_0 = \lambda_j (\theta_j - \mu_j),
-
-    and nothing for the other coordinates (:math:`\lambda_j = 0`). A site is covered when it
-    is unconstrained (identity transform), drawn with scale 1, no mask and outside every plate,
-    from a ``Normal`` (possibly ``expand``-ed and ``to_event``-ed) whose ``loc`` and ``scale``
-    do not depend on other latent values and whose shape is the site's.
-
-    Attributes
-    ----------
-    sites:
-        The covered sites and the distribution object each is drawn from.
-
-    Notes
-    -----
-    The drivers find it after two calls of the model: a site is a candidate only if both drew
-    it from the same distribution object, so its parameters cannot depend on latent values.
-    """
-
-    def __init__(
-        self,
-        sites: Mapping[str, Any],
-        loc: torch.Tensor | None,
-        precision: torch.Tensor | float,
-        log_normaliser: torch.Tensor | float,
-    ) -> None:
-        self.sites = dict(sites)
-        self.loc, self.precision, self.log_normaliser = loc, precision, log_normaliser
-        self._like: tuple[torch.dtype, torch.device] | None = None
-
-    @classmethod
-    def find(
-        cls, priors: Mapping[str, Any], layout: Any, non_identity: Mapping[str, Any]
-    ) -> GaussianPrior | None:
-        """The closed form for the sites of ``layout`` whose prior in ``priors`` (site ->
-        distribution, as the model drew them) qualifies; ``None`` if none does."""
-        covered, locs, scales = {}, [], []
-        for name, shape in layout.shapes.items():
-            fn = priors.get(name)
-            found = None if fn is None or name in non_identity else _normal_parameters(fn, shape)
-            if found is not None:
-                covered[name] = fn
-            size = math.prod(shape)
-            if found is None:  # not covered: precision 0, no normaliser
-                found = (torch.zeros(()), torch.full((), math.inf))
-            loc, scale = (part.detach().to("cpu", torch.float64) for part in found)
-            locs.append(loc.expand(shape).reshape(size))
-            scales.append(scale.expand(shape).reshape(size))
-        if not covered:
-            return None
-        loc, scale = torch.cat(locs), torch.cat(scales)
-        precision = scale.square().reciprocal()  # 0 where a site is not covered
-        kept = torch.isfinite(scale)
-        log_normaliser = (scale[kept].log() + _HALF_LOG_TWO_PI).sum()
-        if bool((loc == 0).all()):
-            loc = None
-        if bool((precision == precision[0]).all()):
-            precision = float(precision[0])
-        return cls(covered, loc, precision, log_normaliser)
-
-    def __call__(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """:math:`U_0` and :math:`\nabla U_0` of ``(C, D)`` positions (the gradient may be
-        ``flat`` itself: for a standard normal prior it is the position)."""
-        if self._like != (flat.dtype, flat.device):
-            self.move_to(flat)
-        loc, precision = self.loc, self.precision
-        centred = flat if loc is None else flat - loc
-        grad = centred if isinstance(precision, float) and precision == 1.0 else centred * precision
-        value = 0.5 * (centred * grad).sum(-1)
-        return value + self.log_normaliser, grad
-
-    def move_to(self, like: torch.Tensor) -> None:
-        """Keep the constants in the dtype and on the device of ``like`` (positions)."""
-        for name in ("loc", "precision", "log_normaliser"):
-            value = getattr(self, name)
-            if isinstance(value, torch.Tensor):
-                setattr(self, name, value.to(like))
-        self._like = (like.dtype, like.device)
+def find_gaussian_prior(
+    priors: Mapping[str, Any], layout: Any, non_identity: Mapping[str, Any]
+) -> GaussianPrior | None:
+    """The closed form (:class:`~pyro_sgmcmc.potentials.GaussianPrior`) for the sites of
+    ``layout`` whose prior in ``priors`` (site -> distribution, as the model drew them)
+    qualifies; ``None`` if none does. A site qualifies when it is unconstrained (identity
+    transform), drawn with scale 1, no mask and outside every plate, from a ``Normal``
+    (possibly ``expand``-ed and ``to_event``-ed) whose ``loc`` and ``scale`` do not depend on
+    other latent values and whose shape is the site's. The drivers call it after two calls of
+    the model: a site is a candidate only if both drew it from the same distribution object,
+    so its parameters cannot depend on latent values."""
+    covered, locs, scales = {}, [], []
+    for name, shape in layout.shapes.items():
+        fn = priors.get(name)
+        found = None if fn is None or name in non_identity else _normal_parameters(fn, shape)
+        if found is not None:
+            covered[name] = fn
+        size = math.prod(shape)
+        if found is None:  # not covered: precision 0, no normaliser
+            found = (torch.zeros(()), torch.full((), math.inf))
+        loc, scale = (part.detach().to("cpu", torch.float64) for part in found)
+        locs.append(loc.expand(shape).reshape(size))
+        scales.append(scale.expand(shape).reshape(size))
+    if not covered:
+        return None
+    loc, scale = torch.cat(locs), torch.cat(scales)
+    precision = scale.square().reciprocal()  # 0 where a site is not covered
+    kept = torch.isfinite(scale)
+    log_normaliser = (scale[kept].log() + _HALF_LOG_TWO_PI).sum()
+    if bool((loc == 0).all()):
+        loc = None
+    if bool((precision == precision[0]).all()):
+        precision = float(precision[0])
+    return GaussianPrior(covered, loc, precision, log_normaliser)
 
 
 def _normal_parameters(fn: Any, shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor] | None:

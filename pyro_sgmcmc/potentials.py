@@ -32,6 +32,7 @@ Their agreement is tested.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -193,6 +194,65 @@ class Potential:
         return value, grad
 
 
+_HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
+
+
+class GaussianPrior:
+    r"""The potential of constant Gaussian priors on moving sites, in closed form on the flat
+    position.
+
+    For the coordinates :math:`j` of the covered sites, with prior
+    :math:`\theta_j \sim \mathcal N(\mu_j, \sigma_j^2)` (constants) and
+    :math:`\lambda_j = \sigma_j^{-2}`,
+
+    .. math::
+
+        U_0(\theta) = \tfrac12 \sum_j \lambda_j (\theta_j - \mu_j)^2
+                      + \sum_j \big(\log\sigma_j + \tfrac12 \log 2\pi\big), \qquad
+        \nabla_{\theta_j} U_0 = \lambda_j (\theta_j - \mu_j),
+
+    and nothing for the other coordinates (:math:`\lambda_j = 0`). A site is covered when it
+    is unconstrained (identity transform), drawn with scale 1, no mask and outside every plate,
+    from a ``Normal`` (possibly ``expand``-ed and ``to_event``-ed) whose ``loc`` and ``scale``
+    do not depend on other latent values and whose shape is the site's.
+
+    Attributes
+    ----------
+    sites:
+        The covered sites and the distribution object each is drawn from.
+    """
+
+    def __init__(
+        self,
+        sites: Mapping[str, Any],
+        loc: torch.Tensor | None,
+        precision: torch.Tensor | float,
+        log_normaliser: torch.Tensor | float,
+    ) -> None:
+        self.sites = dict(sites)
+        self.loc, self.precision, self.log_normaliser = loc, precision, log_normaliser
+        self._like: tuple[torch.dtype, torch.device] | None = None
+
+    def __call__(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:math:`U_0` and :math:`\nabla U_0` of ``(C, D)`` positions (the gradient may be
+        ``flat`` itself: for a standard normal prior it is the position)."""
+        if self._like != (flat.dtype, flat.device):
+            self.move_to(flat)
+        loc, precision = self.loc, self.precision
+        centred = flat if loc is None else flat - loc
+        grad = centred if isinstance(precision, float) and precision == 1.0 else centred * precision
+        value = torch.linalg.vecdot(centred, grad).mul_(0.5)
+        return value.add_(self.log_normaliser), grad
+
+    def move_to(self, like: torch.Tensor) -> None:
+        """Keep the constants in the dtype and on the device of ``like`` (positions)."""
+        for name in ("loc", "precision", "log_normaliser"):
+            value = getattr(self, name)
+            if isinstance(value, torch.Tensor):
+                setattr(self, name, value.to(like))
+        self._like = (like.dtype, like.device)
+
+
 class ClosedFormPotential(Potential):
     r"""The model's hand-written gradient: ``log_joint_and_gradient(params, rows, *args)``.
 
@@ -203,10 +263,11 @@ class ClosedFormPotential(Potential):
 
     A model whose prior is one Gaussian :math:`N(0, 1/\lambda)` over all the moving sites
     (``flat_gaussian_prior`` gives :math:`\lambda` and the log normaliser per coordinate) and
-    which offers ``log_likelihood_and_gradient`` has its prior added here, on the flat position
-    :math:`z` in one reduction: :math:`U = \frac{\lambda}{2}|z|^2 + D\,\mathrm{log\_norm} -
-    \frac{N}{B}\log p(y_S \mid z)` and :math:`\nabla U = \lambda z - \nabla \frac{N}{B}
-    \log p(y_S \mid z)`, instead of one prior term per site inside the model.
+    which offers ``log_likelihood_and_gradient`` has its prior added here by
+    :class:`GaussianPrior`, on the flat position :math:`z` in one reduction:
+    :math:`U = \frac{\lambda}{2}|z|^2 + D\,\mathrm{log\_norm} - \frac{N}{B}\log p(y_S \mid z)`
+    and :math:`\nabla U = \lambda z - \nabla \frac{N}{B} \log p(y_S \mid z)`, instead of one
+    prior term per site inside the model.
     """
 
     def __init__(self, model: Any, args: tuple, kwargs: Mapping[str, Any], *base: Any) -> None:
@@ -240,10 +301,9 @@ class ClosedFormPotential(Potential):
             log_joint, grads = self.model.log_likelihood_and_gradient(
                 params, rows, *self.args, **self.kwargs
             )
-            precision, log_norm = self.flat_prior
-            log_joint.sub_(torch.linalg.vecdot(flat, flat), alpha=0.5 * precision)
-            log_joint.sub_(flat.shape[-1] * log_norm)
-            grad = self.layout.flatten(grads).sub_(flat, alpha=precision).neg_()
+            prior_value, prior_grad = self.flat_prior(flat)
+            log_joint = log_joint.sub_(prior_value)  # the log joint: likelihood plus prior
+            grad = torch.sub(prior_grad, self.layout.flatten(grads))
         value = log_joint.neg_() if isinstance(log_det, float) else (log_joint + log_det).neg_()
         return value, grad
 
@@ -340,10 +400,10 @@ def _per_chain(
     return torch.stack(values)
 
 
-def _flat_gaussian_prior(model: Any, layout: FlatLayout) -> tuple[float, float] | None:
-    """The model's ``flat_gaussian_prior`` (precision, log normaliser per coordinate) when it
-    has one and ``log_likelihood_and_gradient``, and its prior covers exactly the flat
-    position's sites: the potential then adds the prior in one reduction over the position."""
+def _flat_gaussian_prior(model: Any, layout: FlatLayout) -> GaussianPrior | None:
+    """The closed form of the model's ``flat_gaussian_prior`` (precision, log normaliser per
+    coordinate) when it has one and ``log_likelihood_and_gradient``, and its prior covers
+    exactly the flat position's sites: the potential then adds the prior on the position."""
     prior = getattr(model, "flat_gaussian_prior", None)
     covered = getattr(model, "analytic_gradient_sites", None)
     if (
@@ -353,7 +413,9 @@ def _flat_gaussian_prior(model: Any, layout: FlatLayout) -> tuple[float, float] 
         or set(covered) != set(layout.names)
     ):
         return None
-    return prior
+    precision, log_norm = prior
+    sites = dict.fromkeys(layout.names, model.prior)
+    return GaussianPrior(sites, None, precision, layout.dimension * log_norm)
 
 
 def closed_form_gradient_covers(

@@ -181,7 +181,9 @@ def test_closed_form_potential_agrees_with_autograd_and_the_trace(likelihood, ou
     fast, autograd, trace = _potentials(model, x, y, ("auto", "log_joint", "trace"))
     assert isinstance(fast, ClosedFormPotential) and autograd.batched
     # the N(0, 1) prior is added on the flat position, the likelihood comes from the model
-    assert fast.flat_prior == (1.0, model.prior._log_norm)
+    prior = fast.flat_prior
+    normaliser = fast.layout.dimension * model.prior._log_norm
+    assert (prior.precision, prior.log_normaliser) == (1.0, normaliser)
     position = {
         name: torch.randn(shape, generator=generator) for name, shape in model.site_shapes().items()
     }

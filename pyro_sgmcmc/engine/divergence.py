@@ -112,7 +112,7 @@ class BlowUpDetector:
         if self.count < self.burn_in:  # no scale yet: only a rise by orders of magnitude
             top = self._grown_above(self.level[chain])
         else:
-            top = self.level[chain] + max(self.factor * self.spread[chain], self.minimum_jump)
+            top = self.level[chain] + self._jump(self.spread[chain])
         return min(self.above_lowest[chain], top)
 
     def exceeds(self, rises: Any) -> list[bool]:
@@ -187,7 +187,7 @@ def _checksum(value: torch.Tensor, grad: torch.Tensor, position: torch.Tensor) -
 
 
 def _move_columns(move: torch.Tensor, variance: Any) -> list[torch.Tensor]:
-    r"""``(C,)`` summaries of a move from which :func:`_largest_ratio` finds the largest squared
+    r"""``(C,)`` summaries of a move from which :func:`_largest_ratios` finds the largest squared
     move per unit of injected variance, :math:`\max_i m_i^2/v_i`: that ratio itself for a
     variance per coordinate; else the largest absolute move (and the chain's variance when it
     is a tensor), squared and divided on the host in float64, where it cannot overflow."""

@@ -459,24 +459,15 @@ class BayesianMLP(PyroModule):
         through :meth:`log_joint`.
         """
         log_joint, grads = self.log_likelihood_and_gradient(params, subsample, x, y)
-        sites = [site for pair in self._layer_sites for site in pair]
-        prior = self.prior
-        if isinstance(prior, GammaPrecision):
-            # d/dw log N(w | 0, 1/lambda) = -lambda w, one lambda per chain and group
-            for site in sites:
-                grad = grads[site]
+        gamma = isinstance(self.prior, GammaPrecision)
+        for site in (site for pair in self._layer_sites for site in pair):
+            grad, value = grads[site], params[site]
+            if gamma:  # d/dw log N(w | 0, 1/lambda) = -lambda w, one lambda per chain and group
                 precision = params[site + GammaPrecision.suffix]
-                grad.addcmul_(
-                    params[site], precision.reshape(-1, *[1] * (grad.dim() - 1)), value=-1
-                )
-            return log_joint.add_(self.log_prior(params, 1)), grads
-        precision, log_norm = self.flat_gaussian_prior  # type: ignore[misc]
-        for site in sites:
-            grads[site].sub_(params[site], alpha=precision)
-        # -|theta|^2 / (2 sigma^2) - D log_norm, all sites in one reduction
-        flat = torch.cat([params[site].flatten(1) for site in sites], 1)
-        log_joint.sub_(flat.square().sum(-1), alpha=0.5 * precision)
-        return log_joint.sub_(flat.shape[1] * log_norm), grads
+                grad.addcmul_(value, precision.reshape(-1, *[1] * (grad.dim() - 1)), value=-1)
+            else:
+                grad.sub_(value, alpha=2.0 * self.prior._half_precision)  # type: ignore[attr-defined]
+        return log_joint.add_(self.log_prior(params, 1)), grads
 
     def log_likelihood_and_gradient(
         self,
