@@ -56,14 +56,15 @@ def demo(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The default test suite (fast; statistical tests marked ``slow`` are skipped)."""
     _install(session, "test")
-    session.run("pytest", "-m", "not slow", *session.posargs)
+    # one pytest worker per core (at most four): the tests run one torch thread each
+    session.run("pytest", "-m", "not slow", "-n", "auto", "--maxprocesses", "4", *session.posargs)
 
 
 @nox.session(python=PYTHON)
 def slow(session: nox.Session) -> None:
     """Slow statistical tests: long seeded runs checked against exact answers."""
     _install(session, "test")
-    session.run("pytest", "-m", "slow", *session.posargs)
+    session.run("pytest", "-m", "slow", "-n", "auto", "--maxprocesses", "4", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -286,6 +286,19 @@ def _add_fit_options(parser: argparse.ArgumentParser) -> None:
         ("--friction", "friction", float, "SGHMC friction in (0, 1]"),
         ("--batch-size", "batch_size", int, "minibatch size (capped at N)"),
         ("--steps-per-sample", "num_steps_per_sample", int, "gradient steps per kept draw"),
+        (
+            "--target-ess",
+            "target_ess",
+            _optional_number,
+            "SG-MCMC: draw in rounds until "
+            "converged with this total ESS; 'none': num-samples draws only",
+        ),
+        (
+            "--max-seconds",
+            "max_seconds",
+            _optional_number,
+            "SG-MCMC: seconds per method for those rounds ('none': no limit)",
+        ),
         ("--svi-steps", "svi_steps", int, "Adam steps per SVI fit"),
         ("--svi-lr", "svi_learning_rate", float, "SVI Adam learning rate"),
         ("--threads", "threads", int, "torch intra-op threads"),
@@ -303,7 +316,20 @@ def _add_fit_options(parser: argparse.ArgumentParser) -> None:
 def _describe_default(dest: str) -> str:
     if dest.endswith("_learning_rate") and dest != "svi_learning_rate":
         return "none: the adaptive warm-up chooses the step size"
+    if dest == "num_steps_per_sample":
+        return "none: each chain's warm-up chooses it from its autocorrelation"
+    if dest == "friction":
+        return "none: the kernel's default"
     return _default(dest)
+
+
+def _optional_number(text: str) -> float | None:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from error
 
 
 def _config(args: argparse.Namespace, **overrides: Any) -> CompareConfig:
@@ -339,6 +365,7 @@ def _compare(args: argparse.Namespace) -> int:
         f"{results.num_test} test rows, total {results.total_time:.1f} s"
     )
     print(results.table())
+    print(f"  {results.criterion()}")
     for line in results.messages():
         print(f"  {line}")
     if config.out is not None:
@@ -381,6 +408,7 @@ def _sample(args: argparse.Namespace) -> int:
     print()
     print(f"{data.name} ({data.task}): {data.num_train} train / {data.num_test} test rows")
     print(row.table())
+    print(f"  {row.criterion()}")
     if result.message:
         print(f"  {result.method}: {result.message}")
     if not result.ok:

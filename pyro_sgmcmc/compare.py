@@ -50,7 +50,7 @@ from pyro.infer.mcmc.util import initialize_model
 from . import metrics, plots
 from ._validation import check_interval, check_positive, check_positive_int
 from .datasets import Dataset, dataset_task, list_datasets, load_dataset, load_table
-from .diagnostics import convergence_report
+from .diagnostics import ESS_PER_CHAIN, FUNCTION_RHAT_BOUND, RHAT_BOUND, convergence_report
 from .errors import SamplerDivergedError
 from .export import HMCStatsCollector, to_inference_data
 from .kernels import PSGLD, SGHMC, SGLD
@@ -155,11 +155,19 @@ class CompareConfig:
         learning rate instead (the step size multiplying the gradient of the full-data potential
         is ``learning_rate / N``).
     friction:
-        SGHMC's friction :math:`\\alpha \\in (0, 1]`.
+        SGHMC's friction :math:`\\alpha \\in (0, 1]`, or ``None`` (the kernel's default).
     batch_size:
         Minibatch size of the SG-MCMC methods and SVI (capped at ``N``).
     num_steps_per_sample:
-        Gradient steps per kept SG-MCMC draw (the thinning).
+        Gradient steps per kept SG-MCMC draw (the thinning), or ``None``: chosen by each
+        chain's warm-up from its autocorrelation (see :class:`~pyro_sgmcmc.SGLD`).
+    target_ess:
+        Run the SG-MCMC methods until converged (:func:`~pyro_sgmcmc.run_chains`'s
+        ``target_ess``): after ``num_samples`` draws, keep drawing in rounds until the
+        verdict is ``converged`` with this total ESS, or ``max_seconds`` are spent; ``None``
+        draws ``num_samples`` only.
+    max_seconds:
+        Sampling seconds per SG-MCMC method for those rounds (``None``: no limit).
     svi_steps, svi_learning_rate:
         Adam steps and learning rate of mean-field SVI; SVI keeps ``chains * num_samples``
         independent draws of its guide.
@@ -212,9 +220,11 @@ class CompareConfig:
     sgld_learning_rate: float | None = None
     sghmc_learning_rate: float | None = None
     psgld_learning_rate: float | None = None
-    friction: float = 0.1
+    friction: float | None = None
     batch_size: int = 32
-    num_steps_per_sample: int = 10
+    num_steps_per_sample: int | None = None
+    target_ess: float | None = 400.0
+    max_seconds: float | None = 60.0
     svi_steps: int = 2000
     svi_learning_rate: float = 0.03
     time_budget: float | None = None
@@ -250,8 +260,13 @@ class CompareConfig:
                 "distributed runs the SG-MCMC methods sgld, sghmc and psgld only; methods has "
                 f"{', '.join(m for m in methods if m not in ('sgld', 'sghmc', 'psgld'))}"
             )
-        for name in ("chains", "num_samples", "num_steps_per_sample", "svi_steps"):
+        for name in ("chains", "num_samples", "svi_steps"):
             check_positive_int(name, getattr(self, name))
+        if self.num_steps_per_sample is not None:
+            check_positive_int("num_steps_per_sample", self.num_steps_per_sample)
+        for name in ("target_ess", "max_seconds"):
+            if getattr(self, name) is not None:
+                check_positive(name, getattr(self, name))
         for name in ("warmup", "nuts_init_steps"):
             check_positive_int(name, getattr(self, name), minimum=0)
         check_positive_int("seed", self.seed, minimum=0)
@@ -284,7 +299,8 @@ class CompareConfig:
         for name in ("sgld_learning_rate", "sghmc_learning_rate", "psgld_learning_rate"):
             if getattr(self, name) is not None:
                 check_positive(name, getattr(self, name))
-        check_interval("friction", self.friction, 0.0, 1.0, low_open=True)
+        if self.friction is not None:
+            check_interval("friction", self.friction, 0.0, 1.0, low_open=True)
         if self.time_budget is not None:
             check_positive("time_budget", self.time_budget)
         check_interval("test_fraction", self.test_fraction, 0.0, 1.0, low_open=True, high_open=True)
@@ -370,9 +386,11 @@ class MethodResult:
     method:
         Name from :data:`METHODS`.
     status:
-        ``"ok"``, ``"failed"`` or ``"skipped"``.
+        The verdict on the draws, ``"converged"`` or ``"not converged"``
+        (:mod:`pyro_sgmcmc.diagnostics`; ``"fitted"`` for SVI, whose draws are independent
+        draws of its guide), or ``"failed"`` or ``"skipped"``.
     message:
-        Why it failed or was skipped (empty when ``"ok"``), or notes such as NUTS's bounds.
+        Why it failed, was skipped or has not converged, or notes such as NUTS's bounds.
     wall_time:
         Seconds of inference (sampling or optimisation), excluding prediction and output.
     metrics:
@@ -385,7 +403,7 @@ class MethodResult:
     """
 
     method: str
-    status: str = "ok"
+    status: str = "fitted"
     message: str = ""
     wall_time: float = math.nan
     metrics: dict[str, float] = field(default_factory=dict)
@@ -395,7 +413,7 @@ class MethodResult:
     @property
     def ok(self) -> bool:
         """Whether the method produced draws."""
-        return self.status == "ok"
+        return self.status not in ("failed", "skipped")
 
 
 @dataclass
@@ -468,8 +486,22 @@ class ComparisonResults:
         return "\n".join(lines)
 
     def messages(self) -> list[str]:
-        """One line per method that has a message (failures, skips, bounds)."""
+        """One line per method that has a message (failures, skips, verdicts, bounds)."""
         return [f"{m.method}: {m.message}" for m in self.methods if m.message]
+
+    def criterion(self) -> str:
+        """What the status column judges, in one line."""
+        if self.config.hidden:
+            return (
+                "status: judged on the network's outputs at the test inputs (R-hat f(x) <= "
+                f"{FUNCTION_RHAT_BOUND}, ESS f(x) >= {ESS_PER_CHAIN} per chain): hidden units "
+                "can be permuted between chains, so the weights' R-hat is large even when the "
+                "predictions agree"
+            )
+        return (
+            f"status: R-hat <= {RHAT_BOUND} and bulk and tail ESS >= {ESS_PER_CHAIN} per chain "
+            "over every parameter (Vehtari et al. 2021)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN becomes ``None``)."""
@@ -508,6 +540,7 @@ class ComparisonResults:
                 "NLL: mean negative log posterior predictive probability of the test labels; "
                 "ECE: expected calibration error over 15 equal-width confidence bins."
             )
+        lines.append(self.criterion() + ".")
         lines.append(
             "R-hat (rank-normalised split R-hat) and bulk ESS are the worst over all scalar "
             "parameters; ESS/s divides the minimum bulk ESS by the wall time. In weight space a "
@@ -897,16 +930,19 @@ def _run_sgmcmc(method: str, model, data: Dataset, config: CompareConfig) -> _Ru
         )
     else:
         kernel = PSGLD(model, learning_rate=config.psgld_learning_rate, **common)
-    # with no learning rate the kernels adapt their step size during the warm-up draws
-    if config.distributed is not None:
-        return _Run(run_chains(
+    # with no learning rate the kernels adapt their step size and thinning during warm-up;
+    # the chains run stacked, and go on in rounds until converged (target_ess)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="run_chains: .* not converged")
+        result = run_chains(
             kernel, data.x_train, data.y_train, num_chains=config.chains,
             num_samples=config.num_samples, warmup_steps=config.warmup,
-            distribute_chains=config.distributed == "chains",
-        ))  # fmt: skip
-    mcmc = _mcmc(kernel, config, config.num_samples, config.warmup)
-    _run_mcmc(mcmc, data)
-    return _Run(mcmc)
+            distribute_chains=config.distributed == "chains", target_ess=config.target_ess,
+            max_seconds=config.max_seconds if config.target_ess is not None else None,
+        )  # fmt: skip
+    thinning = [report["num_steps_per_sample"] for report in result.chain_reports]
+    notes = f"{result.num_draws} draws per chain, {thinning} gradient steps per draw"
+    return _Run(result, notes=notes)
 
 
 def _run_svi(model, data: Dataset, config: CompareConfig) -> _Run:
@@ -972,9 +1008,11 @@ def predictive_metrics(prediction: Prediction, data: Dataset) -> dict[str, float
 # --------------------------------------------------------------------------- diagnostics
 
 
-def convergence(idata, method: str, wall_time: float) -> dict[str, float | int | None]:
-    """Worst split R-hat and bulk ESS over all scalar parameters, ESS/s and divergences."""
-    report = convergence_report(idata, method, wall_time=wall_time)
+def convergence(idata, method: str, wall_time: float) -> dict[str, Any]:
+    """Worst split R-hat and bulk ESS over all scalar parameters, ESS/s and divergences, the
+    same for a network's outputs at the test inputs, and the verdict (``"verdict"``: on the
+    outputs for a network, else on the parameters)."""
+    report = convergence_report(idata, method, wall_time=wall_time, function_space=False)
     independent = method == "svi"
     result = {
         "max_rhat": report.max_rhat,
@@ -984,14 +1022,18 @@ def convergence(idata, method: str, wall_time: float) -> dict[str, float | int |
         "divergences": None if independent else report.divergences,
         "max_rhat_output": None,
         "min_ess_bulk_output": None,
+        "verdict": report.verdict,
     }
     # Function space: the network outputs at the test inputs are identified (unlike weights).
     if "predictions" in idata.groups() and "output" in idata.predictions.data_vars:
         output = convergence_report(
-            idata, method, wall_time=wall_time, group="predictions", var_names=["output"]
-        )
+            idata, method, wall_time=wall_time, group="predictions", var_names=["output"],
+            function_space=True,
+        )  # fmt: skip
         result["max_rhat_output"] = output.max_rhat
         result["min_ess_bulk_output"] = None if independent else output.min_ess_bulk
+        if idata.posterior.attrs.get("function_space"):
+            result["verdict"] = output.verdict
     return result
 
 
@@ -1136,7 +1178,14 @@ def run_method(
         if data.x_grid is not None:
             outcome.grid_prediction = posterior_predictive(model, samples, data.x_grid)
         result.diagnostics = convergence(idata, method, result.wall_time)
-        notes = (result.message, _divergence_note(idata, method))
+        verdict = result.diagnostics.pop("verdict")
+        if method != "svi":
+            result.status = "converged" if verdict.converged else "not converged"
+        notes = (
+            result.message,
+            "" if verdict.converged or method == "svi" else str(verdict),
+            _divergence_note(idata, method),
+        )
         result.message = "; ".join(note for note in notes if note)
         outcome.idata = idata
     except Exception as error:  # any failure of one method is reported, the others go on
@@ -1236,10 +1285,17 @@ def run_comparison(
                 grid_predictions[method] = outcome.grid_prediction
             if out is not None:
                 _write_method(outcome, out, config.figures)
+        thinning = config.num_steps_per_sample or "the warm-up's chosen"
+        rounds = (
+            f", then rounds until converged (ESS {config.target_ess:g}, at most "
+            f"{config.max_seconds:g} s)"
+            if config.target_ess is not None and config.max_seconds is not None
+            else ""
+        )
         results.notes.append(
             f"seed {config.seed}; {config.chains} chain(s); SG-MCMC: {config.num_samples} draws "
-            f"after {config.warmup} warm-up per chain, {config.num_steps_per_sample} steps per "
-            f"draw, batch size {min(config.batch_size, data.num_train)} of N = {data.num_train}"
+            f"after {config.warmup} warm-up per chain{rounds}, {thinning} steps per draw, batch "
+            f"size {min(config.batch_size, data.num_train)} of N = {data.num_train}"
         )
         if out is not None:
             if config.figures and predictions:

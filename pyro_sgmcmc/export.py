@@ -118,7 +118,7 @@ from pyro.poutine.util import site_is_subsample
 from ._validation import as_tensor_arguments, check_positive_int
 from .errors import ModelContractError, ModelMismatchError, ModelMismatchWarning
 from .kernels.base import StochasticGradientKernel
-from .model_structure import plate_chunks, with_global_sites
+from .model_structure import has_hidden_units, plate_chunks, with_global_sites
 from .nn.mlp import ACTIVATIONS, BayesianMLP
 from .svi import SVIResult, global_param_mode
 
@@ -556,6 +556,7 @@ class _Wants:
     predictive: bool
     log_joint: bool
     label: str
+    rows: int | None = None  # the rows of the whole pass (None: no ``output`` is read)
 
     @property
     def any(self) -> bool:
@@ -580,6 +581,8 @@ class _DrawParts:
 
     def read(self, trace, latents, plate_name, wants: _Wants, chunk, keep, plate_axis) -> None:
         """Read one trace (chunk ``chunk`` of the rows, of which the first ``keep`` are real)."""
+        if wants.predictive and wants.rows is not None:
+            self._read_output(trace, keep or wants.rows, plate_axis)
         for name, site in trace.nodes.items():
             if site["type"] != "sample" or site_is_subsample(site):
                 continue
@@ -597,6 +600,18 @@ class _DrawParts:
             if frame is None and chunk > 0:
                 continue
             self._read_observed(name, site, frame, wants, keep, plate_axis)
+
+    def _read_output(self, trace, rows: int, plate_axis) -> None:
+        """The model's return value as ``output`` -- a network's outputs :math:`f(x)`, one per
+        row -- where the model returns a tensor with a leading axis of the rows and has no site
+        of that name itself."""
+        returned = trace.nodes.get("_RETURN", {}).get("value")
+        if OUTPUT in trace.nodes or not isinstance(returned, torch.Tensor):
+            return
+        if returned.dim() == 0 or returned.shape[0] < rows:
+            return
+        plate_axis[OUTPUT] = 0
+        self.predictive.setdefault(OUTPUT, []).append(returned.detach()[:rows])
 
     def _read_observed(self, name, site, frame, wants: _Wants, keep, plate_axis) -> None:
         axis = None if frame is None else _plate_axis_of_value(site, frame)
@@ -660,11 +675,13 @@ def _run_pass(
     use_fast_path: bool,
     label: str = "the training data",
     chain_models: Sequence[Callable[..., Any]] | None = None,
+    read_output: bool = False,
 ) -> _Pass:
     """Trace the model once per draw (and row chunk); see the module docstring.
 
     ``chain_models[c]`` replaces ``model`` in the traces of chain ``c`` (an SVI fit's model with
-    its fitted prior); ``label`` names the data in error messages.
+    its fitted prior); ``label`` names the data in error messages; ``read_output`` records the
+    model's return value as :data:`OUTPUT` (a network's outputs).
     """
     result = _Pass()
     num_chains, num_draws = next(iter(draws.values())).shape[:2]
@@ -676,6 +693,7 @@ def _run_pass(
         predictive=want_predictive,
         log_joint=want_log_joint,
         label=label,
+        rows=plate.num_data if read_output and plate.subsample_size is None else None,
     )
     for c in range(num_chains):
         chain_model = model if chain_models is None else chain_models[c]
@@ -828,6 +846,9 @@ def _svi_source(fits: Any, num_draws: int, seed: int | None) -> tuple[TensorDict
 
 
 #: The attributes a chains source (the vectorised runner's result) must have.
+#: The variable of ``posterior_predictive`` and ``predictions`` holding a model's outputs
+#: (its return value, or its own site of that name): what networks are judged on.
+OUTPUT = "output"
 CHAINS_SOURCE_ATTRIBUTES = ("samples", "sample_stats", "model", "args", "kwargs")
 
 
@@ -973,6 +994,7 @@ def build_groups(
     model = with_global_sites(model, args, kwargs, plate_name)
     _check_draws_match_model(model, samples, args, kwargs)
     num_chains, draws_per_chain = next(iter(samples.values())).shape[:2]
+    network = has_hidden_units(model, {n: v.shape[2:] for n, v in samples.items()})
     attrs.setdefault("inference_library", "pyro")
     attrs.update(
         {
@@ -981,6 +1003,8 @@ def build_groups(
             "num_chains": int(num_chains),
             "num_draws": int(draws_per_chain),
             "model": fingerprint,
+            # 1 for a network: its convergence is judged on its outputs (pyro_sgmcmc.diagnostics)
+            "function_space": int(network),
         }
     )
     if wall_time is not None:
@@ -1007,6 +1031,7 @@ def build_groups(
             use_fast_path=use_fast_path,
             label="the training data (args)",
             chain_models=chain_models,
+            read_output=network,
         )
         if test is not None:
             test_pass = _test_pass(
@@ -1017,6 +1042,7 @@ def build_groups(
                 args,
                 plate_name=plate_name,
                 chunk_size=chunk_size,
+                read_output=network,
             )
     axis_names = _axis_names(train.plate_axis, plate_name)
     if train.log_joint:
@@ -1094,7 +1120,9 @@ def build_groups(
     return groups
 
 
-def _test_pass(model, samples, test, test_kwargs, args, *, plate_name, chunk_size) -> _Pass:
+def _test_pass(
+    model, samples, test, test_kwargs, args, *, plate_name, chunk_size, read_output=False
+) -> _Pass:
     """The predictive pass on ``test``, with the test set checked first and the model's own
     failures on it reported as a ``ValueError`` naming ``test`` (not a tensor dump)."""
     test_kwargs = dict(test_kwargs or {})
@@ -1113,6 +1141,7 @@ def _test_pass(model, samples, test, test_kwargs, args, *, plate_name, chunk_siz
             want_log_joint=False,
             use_fast_path=False,
             label="test",
+            read_output=read_output,
         )
     except _DataError:
         raise

@@ -209,9 +209,11 @@ class FunctionalPotential(Potential):
         self.captured: CapturedGraph | None = CapturedGraph(self._eager_value_and_grad)
 
     def compile(self) -> None:
-        self.gaussian_prior = False  # the compiled graph takes the whole log joint
-        self.captured = None
-        super().compile()
+        """Compile the recorded graphs with TorchInductor
+        (:class:`~pyro_sgmcmc.graph_capture.CapturedGraph`); a model that cannot be recorded
+        stays eager."""
+        if self.captured is not None:
+            self.captured.compile = True
 
     def value_and_grad(
         self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None

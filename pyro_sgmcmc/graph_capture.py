@@ -42,6 +42,10 @@ class CapturedGraph:
         The eager computation to record: ``(C, D)`` positions, the fixed sites' ``(C, ...)``
         values and the ``(C, B)`` rows (or ``None``) to the ``(C,)`` potentials and ``(C, D)``
         gradients.
+    compile:
+        Compile each recorded graph with TorchInductor (seconds per graph the first time; a
+        small model's step then costs tens of microseconds instead of a millisecond). The
+        compiled kernels may round differently from the recorded operations.
 
     Attributes
     ----------
@@ -49,10 +53,12 @@ class CapturedGraph:
         Why recording failed (``None`` while it has not): the caller then evaluates eagerly.
     """
 
-    def __init__(self, function: ValueAndGrad) -> None:
+    def __init__(self, function: ValueAndGrad, compile: bool = False) -> None:
         self.function = function
-        self.graphs: dict[tuple, torch.fx.GraphModule] = {}
+        self.graphs: dict[tuple, Callable[..., Any]] = {}
         self.failure: str | None = None
+        self.compile = compile
+        self.compile_failure: str | None = None
 
     def __call__(
         self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None
@@ -72,6 +78,20 @@ class CapturedGraph:
         value, grad = graph(*inputs) if rows is None else graph(rows, *inputs)
         return value, grad
 
+    def _compiled(self, graph: torch.fx.GraphModule, inputs: tuple) -> Callable[..., Any]:
+        """``graph`` compiled by TorchInductor (generated C++ or Triton kernels: the recorded
+        operations fused, without a Python call per operation), or ``graph`` itself where
+        compilation fails (the reason is kept in :attr:`compile_failure`)."""
+        try:
+            from torch._inductor.compile_fx import compile_fx
+
+            compiled = compile_fx(graph, list(inputs))
+            compiled(*inputs)  # the first call finishes the compilation: fail here, not later
+        except Exception as error:  # no C++ compiler, an unsupported operation, ...
+            self.compile_failure = f"{type(error).__name__}: {_first_line(error)}"
+            return graph
+        return compiled
+
     def _record(
         self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows, names: tuple[str, ...]
     ) -> torch.fx.GraphModule | None:
@@ -88,10 +108,39 @@ class CapturedGraph:
             inputs = (rows, *inputs)
         traced = without_rows if rows is None else with_rows
         try:
-            return make_fx(traced, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
+            graph = make_fx(traced, tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
         except Exception as error:
             self.failure = f"{type(error).__name__}: {_first_line(error)}"
             return None
+        graph = _simplified(graph)
+        return self._compiled(graph, inputs) if self.compile else graph
+
+
+def _simplified(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``graph`` without the operations a replay does not need: ``detach`` (no autograd runs
+    in a replay), copies of constants that nothing modifies in place, and operations whose
+    results are unused. The same numbers, with about a tenth fewer operations."""
+    for node in list(graph.graph.nodes):
+        if node.op != "call_function" or node.target not in _IDENTITIES:
+            continue
+        if node.target is not torch.ops.aten.detach.default and any(
+            _in_place(user) for user in node.users
+        ):
+            continue
+        node.replace_all_uses_with(node.args[0])
+        graph.graph.erase_node(node)
+    graph.graph.eliminate_dead_code()
+    graph.recompile()
+    return graph
+
+
+#: Operations that return their argument's values (``lift_fresh_copy``: a copy of a constant).
+_IDENTITIES = (torch.ops.aten.detach.default, torch.ops.aten.lift_fresh_copy.default)
+
+
+def _in_place(node: torch.fx.Node) -> bool:
+    name = getattr(node.target, "__name__", str(node.target))
+    return name.split(".")[0].endswith("_")
 
 
 def _signature(value: Any) -> tuple | None:

@@ -43,6 +43,7 @@ __all__ = [
     "check_finite_data",
     "check_plate_fits_data",
     "find_data_plate",
+    "has_hidden_units",
     "inspect_model",
     "plate_chunks",
     "resolve_batch_size",
@@ -253,6 +254,23 @@ class ModelStructure:
             for name, site in self.trace.nodes.items()
             if site["type"] == "sample" and not site_is_subsample(site)
         )
+
+
+def has_hidden_units(model: Any, site_shapes: Mapping[str, Sequence[int]]) -> bool:
+    """Whether ``model`` is a network whose hidden units can be permuted (then its weights are
+    not identified, and its convergence is judged in function space).
+
+    A model says so itself with a boolean attribute ``function_space`` (as
+    :class:`~pyro_sgmcmc.nn.BayesianMLP` and :class:`~pyro_sgmcmc.nn.LeNet5` do); otherwise it
+    is a network when two or more of its latent sites are weight tensors (at least two
+    dimensions, each of size two or more): stacked layers, whose units in between can be
+    permuted.
+    """
+    flag = getattr(model, "function_space", None)
+    if isinstance(flag, bool):
+        return flag
+    weights = [shape for shape in site_shapes.values() if len(shape) >= 2 and min(shape[-2:]) >= 2]
+    return len(weights) >= 2
 
 
 def _plate_names(trace: Trace) -> list[str]:

@@ -27,6 +27,7 @@ Statistical Science 7(4), 1992 (over-dispersed starts for R-hat).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import signal
 import time
@@ -50,6 +51,7 @@ from .checkpoint_files import (
     load_checkpoint,
     restore_state,
 )
+from .diagnostics import Verdict
 from .engine.build import PreparedChains, prepare_chains
 from .engine.distributed import (
     agreed_seed,
@@ -62,8 +64,10 @@ from .engine.distributed import (
 )
 from .engine.health import warn_all
 from .engine.recorder import DrawRecorder
+from .engine.report import sampling_report
 from .engine.settings import settings_signature
 from .errors import CheckpointError, DistributedRunError, SamplerDivergedError
+from .function_space import OutputDraws, run_verdict
 from .kernels.base import StochasticGradientKernel
 
 __all__ = ["VectorizedResult", "run_chains"]
@@ -99,6 +103,16 @@ class VectorizedResult:
         site; else ``None``.
     divergent_steps:
         Per chain, the gradient steps (1-based, warm-up included) that diverged.
+    verdict:
+        Whether the draws converged (:class:`~pyro_sgmcmc.diagnostics.Verdict`: every
+        parameter, or a network's outputs, within the bounds of
+        :mod:`pyro_sgmcmc.diagnostics`).
+    judged_at:
+        The numbers of kept draws per chain at which the run was judged: once at the end of a
+        fixed-length run, after every round of a run until converged.
+    chain_reports:
+        Per chain, what the warm-up chose (:func:`~pyro_sgmcmc.engine.report.sampling_report`:
+        thinning, autocorrelation time, control variate, per-site steps).
     """
 
     samples: dict[str, torch.Tensor]
@@ -110,6 +124,9 @@ class VectorizedResult:
     kernel: str
     control_variate_centre: dict[str, torch.Tensor] | None = None
     divergent_steps: tuple[tuple[int, ...], ...] = ()
+    verdict: Verdict | None = None
+    judged_at: tuple[int, ...] = ()
+    chain_reports: tuple[dict[str, Any], ...] = field(default=(), repr=False)
     model: Any = field(default=None, repr=False)
     args: tuple = field(default=(), repr=False)
     kwargs: dict = field(default_factory=dict, repr=False)
@@ -130,13 +147,19 @@ class VectorizedResult:
     @property
     def attrs(self) -> dict[str, Any]:
         """Attributes recorded with the exported groups."""
-        return {
+        attrs: dict[str, Any] = {
             "inference_library": "pyro_sgmcmc.run_chains",
             "method": self.kernel,
             "sampling_time": float(self.sampling_time),
             "setup_time": float(self.setup_time),
             "num_gradient_steps": int(self.num_gradient_steps),
         }
+        thinning = [r.get("num_steps_per_sample") for r in self.chain_reports]
+        if thinning and None not in thinning:
+            attrs["num_steps_per_sample"] = [int(k) for k in thinning]
+        if self.verdict is not None:
+            attrs["verdict"] = str(self.verdict)
+        return attrs
 
     def get_samples(self, group_by_chain: bool = False) -> dict[str, torch.Tensor]:
         """Draws as ``pyro.infer.MCMC.get_samples`` returns them."""
@@ -192,7 +215,8 @@ def _stacked_initial(
 #: The options of :func:`run_chains` (its other keyword arguments go to the model).
 _RUN_OPTIONS = ("num_chains", "num_samples", "warmup_steps", "initial_params", "callback",
                 "checkpoint_path", "checkpoint_every", "checkpoint_seconds", "resume_from",
-                "overwrite", "disable_validation", "distribute_chains")  # fmt: skip
+                "overwrite", "disable_validation", "distribute_chains", "target_ess",
+                "max_seconds")  # fmt: skip
 
 
 def run_chains(
@@ -210,6 +234,8 @@ def run_chains(
     overwrite: bool = False,
     disable_validation: bool = True,
     distribute_chains: bool = False,
+    target_ess: float | None = None,
+    max_seconds: float | None = None,
     **kwargs: Any,
 ) -> VectorizedResult:
     r"""Run ``num_chains`` chains of an SG-MCMC kernel at once, batched along a chain axis.
@@ -264,6 +290,17 @@ def run_chains(
         chain's draws, gathered at the end. ``callback`` sees the rank's chains; each rank
         checkpoints to ``checkpoint_path`` with ``.rank<r>`` before its suffix (and resumes
         from ``resume_from`` so renamed). Not with a ``data_parallel`` kernel.
+    target_ess:
+        Run until converged: after the ``num_samples`` draws, judge the run
+        (:mod:`pyro_sgmcmc.diagnostics`, with this total bulk and tail ESS required besides
+        100 per chain) and, while it has not converged, draw more in rounds (each as many
+        draws as the verdict's "run about k times longer" asks, at least a tenth more), until
+        it converges or ``max_seconds`` are spent. The draws are those of a fixed-length run of
+        the same total length, bit for bit; checkpoints are written after each round and a
+        resumed run goes on with its rounds.
+    max_seconds:
+        The budget of sampling seconds for the rounds (the first ``num_samples`` draws are
+        always made); alone, it runs rounds until the default bounds are met.
 
     Returns
     -------
@@ -280,6 +317,7 @@ def run_chains(
         kernel, num_chains, num_samples, warmup_steps
     )
     check_model_kwargs("run_chains", _RUN_OPTIONS, kernel.model, kwargs)
+    target_ess, max_seconds = _check_budget(target_ess, max_seconds)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable or None, got {callback!r}")
     for name, flag in [("disable_validation", disable_validation),
@@ -287,6 +325,8 @@ def run_chains(
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be True or False, got {flag!r}")
     run = {"num_chains": num_chains, "num_samples": num_samples, "warmup_steps": warmup_steps}
+    if target_ess is not None:
+        run["target_ess"] = target_ess
     fingerprint = data_fingerprint(args, kwargs)
     settings, local = kernel.settings, range(num_chains)
     if distribute_chains:
@@ -309,10 +349,87 @@ def run_chains(
         setup_time = time.perf_counter() - setup_start
         sampling_start = time.perf_counter()
         _sample(chains, recorder, warmup_steps + num_samples, callback, saver, (args, kwargs))
+        if saver.round_target is not None:  # resumed in the middle of a round: finish it
+            _sample(chains, recorder, saver.round_target, callback, saver, (args, kwargs))
+        rounds = _Rounds(chains, recorder, target_ess, max_seconds, sampling_start)
+        verdict = rounds.judge()
+        while rounds.wanted and not verdict.converged:
+            more = rounds.more_draws(verdict)
+            if more == 0:
+                break
+            saver.round_target = chains.engine.draws_done + more
+            _sample(chains, recorder, saver.round_target, callback, saver, (args, kwargs))
+            saver.policy.write(saver.payload())
+            verdict = rounds.judge()
         sampling_time = time.perf_counter() - sampling_start
         warn_all(chains.final_messages(recorder.stacked()))
-    result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs)
+        if not verdict.converged:
+            warn_all([rounds.message(verdict)])
+    result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs, verdict)
+    result = dataclasses.replace(result, judged_at=tuple(rounds.judged_at))
     return _gathered(result, saver) if distribute_chains else result
+
+
+def _check_budget(
+    target_ess: float | None, max_seconds: float | None
+) -> tuple[float | None, float | None]:
+    for name, value in (("target_ess", target_ess), ("max_seconds", max_seconds)):
+        if value is not None and not (
+            isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        ):
+            raise ValueError(f"{name} must be None or a number > 0, got {value!r}")
+    return (None if target_ess is None else float(target_ess),
+            None if max_seconds is None else float(max_seconds))  # fmt: skip
+
+
+class _Rounds:
+    """Judges a run after its draws and, for a run until converged, sizes its next round."""
+
+    def __init__(self, chains, recorder, target_ess, max_seconds, started: float) -> None:
+        self.chains, self.recorder = chains, recorder
+        self.target_ess, self.max_seconds = target_ess, max_seconds
+        self.wanted = target_ess is not None or max_seconds is not None
+        self.started = started
+        self.kept_since = (time.perf_counter(), recorder.count)
+        structure = chains.structure
+        self.outputs = OutputDraws(structure.model, *chains.data, structure.plate)
+        self.spent = False
+        self.judged_at: list[int] = []
+
+    def judge(self) -> Verdict:
+        self.judged_at.append(self.recorder.count)
+        samples = self.chains.constrain(self.recorder.stacked())
+        if not samples:  # keep_draws=False: nothing to judge
+            return Verdict(True, None, math.nan, math.nan, 1.0)
+        return run_verdict(samples, self.chains.structure.model, self.outputs,
+                           min_ess=self.target_ess)  # fmt: skip
+
+    def more_draws(self, verdict: Verdict) -> int:
+        """As many draws as the verdict asks for (at least a tenth more), within the budget."""
+        count = self.recorder.count
+        wanted = max(math.ceil(count * 1.1 * (verdict.longer - 1.0)), math.ceil(count / 10), 1)
+        if self.max_seconds is None:
+            return wanted
+        now = time.perf_counter()
+        since, drawn = self.kept_since
+        per_draw = (now - since) / max(count - drawn, 1)
+        left = self.max_seconds - (now - self.started)
+        fits = int(left / per_draw) if per_draw > 0 else wanted
+        self.kept_since = (now, count)
+        if fits < 1:
+            self.spent = True
+            return 0
+        return min(wanted, fits)
+
+    def message(self, verdict: Verdict) -> str:
+        """The end-of-run warning of an unconverged run."""
+        count = self.recorder.count
+        text = f"run_chains: {count} draws per chain, {verdict}"
+        if self.spent:
+            text += f" (the budget of max_seconds={self.max_seconds:g} is spent)"
+        elif not self.wanted:
+            text += " (run_chains(..., target_ess=...) draws until it has)"
+        return text
 
 
 def _distribute_chains(kernel, run: dict[str, Any], fingerprint: str):
@@ -375,6 +492,8 @@ class _Saver:
     def __init__(self, kernel, chains, recorder, run, fingerprint, policy) -> None:
         self.kernel, self.chains, self.recorder = kernel, chains, recorder
         self.run, self.fingerprint, self.policy = run, fingerprint, policy
+        #: The draws (warm-up included) the current round of a run until converged ends at.
+        self.round_target: int | None = None
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -386,6 +505,7 @@ class _Saver:
             "run": dict(self.run),
             "engine": self.chains.engine.state_dict(),
             "recorder": self.recorder.state_dict(),
+            "round_target": self.round_target,
             "written_at": time.time(),
         }
 
@@ -444,6 +564,7 @@ class _Saver:
         check_signature(payload["signature"], self.chains.signature(self.kernel))
         restore_state(self.chains.engine, payload["engine"], "engine", path)
         restore_state(self.recorder, payload["recorder"], "recorder", path)
+        self.round_target = payload.get("round_target")
 
 
 def _sample(
@@ -508,6 +629,7 @@ def _result(
     sampling_time: float,
     args: tuple,
     kwargs: Mapping[str, Any],
+    verdict: Verdict | None = None,
 ) -> VectorizedResult:
     engine = chains.engine
     with torch.no_grad():
@@ -526,6 +648,8 @@ def _result(
         kernel=kernel.rule.name,
         control_variate_centre=centre,
         divergent_steps=tuple(tuple(steps) for steps in engine.monitor.steps),
+        verdict=verdict,
+        chain_reports=tuple(sampling_report(engine, c) for c in range(engine.num_chains)),
         model=kernel.model,
         args=tuple(args),
         kwargs=dict(kwargs),

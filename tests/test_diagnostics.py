@@ -125,7 +125,11 @@ def test_report_fields_table_and_validation(y, capfd):
         "wall_time",
         "ess_bulk_per_second",
         "divergences",
+        "converged",
+        "verdict",
+        "basis",
     }
+    assert as_dict["verdict"] == str(report.verdict) and as_dict["basis"] == "parameters"
     other = ConvergenceReport("NUTS", 1, 10, math.nan, 5.0, 4.0, math.nan, math.nan, 3)
     table = format_reports([report, other])
     lines = table.splitlines()
@@ -148,7 +152,9 @@ def test_report_fields_table_and_validation(y, capfd):
         "time [s]",
         "ESS/s",
         "divergences",
+        "verdict",
     ]
+    assert frame.loc["SGLD", "verdict"] == str(report.verdict)
     assert frame.loc["SGLD", "min ESS bulk"] == pytest.approx(report.min_ess_bulk)
     assert math.isnan(frame.loc["NUTS", "max R-hat"]) and frame.loc["NUTS", "divergences"] == 3
     with pytest.raises(ValueError, match="reports"):

@@ -191,7 +191,11 @@ def test_log_likelihood_is_float64_and_chunks_agree(data, model):
         chunked = build_groups(source, None, seed=3, chunk_size=chunk_size)
         values = chunked["log_likelihood"]["obs"]
         assert values.dtype == np.float64 and values.dims == ("chain", "draw", "data")
-        np.testing.assert_allclose(values.values, whole["log_likelihood"]["obs"].values)
+        # the model computes in float32: chunks change the summation order (BLAS kernels differ
+        # by CPU), so the values agree to a few float32 epsilons (1.2e-7), not to float64's
+        np.testing.assert_allclose(
+            values.values, whole["log_likelihood"]["obs"].values, rtol=1e-5, atol=1e-6
+        )
         assert chunked["posterior_predictive"]["obs"].shape == (2, 5, N)
         np.testing.assert_array_equal(chunked["observed_data"]["obs"].values, y.numpy())
     np.testing.assert_allclose(

@@ -67,15 +67,15 @@ def test_conjugate_regression_posterior_two_chains(name):
         init_strategy=init_to_uniform(radius=0.5),
     )
     warmup = 200 if name == "psgld" else 60
-    mcmc = _run(kernel, x, y, num_samples=300, warmup=warmup, chains=2)
+    mcmc = _run(kernel, x, y, num_samples=150, warmup=warmup, chains=2)
     draws = mcmc.get_samples(group_by_chain=True)["w"].double().numpy()
-    assert draws.shape == (2, 300, 5)
+    assert draws.shape == (2, 150, 5)
     assert_mean_close(draws, mean, z=4.0)
     assert_covariance_close(draws, cov, z=4.0, relative_bias=0.05)
     rhat = az.rhat(az.convert_to_dataset(draws))["x"].values
     assert np.all(rhat < 1.05), rhat
     idata = az.from_pyro(mcmc)
-    assert idata.posterior["w"].shape == (2, 300, 5)
+    assert idata.posterior["w"].shape == (2, 150, 5)
     assert not idata.sample_stats["diverging"].values.any()
 
 

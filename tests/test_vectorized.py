@@ -218,7 +218,7 @@ def test_run_chains_takes_a_kernel_and_refuses_anything_else(gaussian_data):
     y, _, _ = gaussian_data
     with pytest.raises(TypeError, match=r"run_chains takes an SG-MCMC kernel.*got function"):
         run_chains(GaussianMean().__call__.__func__, y)
-    with pytest.raises(TypeError, match="control_variate must be True, False or a mapping"):
+    with pytest.raises(TypeError, match="control_variate must be 'auto', True, False or a mapping"):
         run(GaussianMean(), y, step_size=1e-3, control_variate="map")
     with pytest.raises(TypeError, match="callback must be callable"):
         run(GaussianMean(), y, step_size=1e-3, callback=3)

@@ -58,7 +58,7 @@ def entry(values: float | Mapping[str, torch.Tensor] | None, name: str) -> StepS
 
 
 def noise_scale(
-    step_size: StepSize, budget: float, gradient_noise: float | Mapping[str, torch.Tensor]
+    step_size: StepSize, budget: StepSize, gradient_noise: float | Mapping[str, torch.Tensor]
 ) -> StepSize | dict[str, torch.Tensor]:
     r""":math:`\sqrt{2\epsilon (b - \hat\beta)_+}` before the preconditioner, shared or per entry.
 
@@ -67,6 +67,8 @@ def noise_scale(
     stochastic gradient already supplies.
     """
     if is_scalar(gradient_noise):
+        if not is_scalar(budget):  # one budget per chain (an adapted friction)
+            return (2.0 * step_size * (budget - gradient_noise)).clamp_min(0.0).sqrt()
         if budget <= gradient_noise:  # nothing to inject (e.g. T = 0): no noise is drawn
             return 0.0
         return sqrt(2.0 * step_size * (budget - gradient_noise))

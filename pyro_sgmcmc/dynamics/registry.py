@@ -28,6 +28,7 @@ import torch
 
 from .._validation import check_interval, check_nonnegative, check_positive, check_positive_int
 from ._common import StepSize, TensorDict, entry, sqrt
+from .metric import DenseMetric
 from .psgld import PSGLDState, psgld_init, psgld_step, rmsprop_preconditioner
 from .sgd import SGDState, partial_momentum_refresh, sgd_init, sgd_step
 from .sghmc import (
@@ -78,6 +79,9 @@ class StepInputs:
     adapting:
         Whether statistics that set the preconditioner may still change (pSGLD's running
         average): ``False`` freezes them.
+    friction:
+        SGHMC's friction :math:`\alpha` as the warm-up adapted it, a ``(C, 1)`` tensor; ``None``:
+        the rule's option.
     """
 
     step_size: StepSize
@@ -88,6 +92,7 @@ class StepInputs:
     preconditioner: TensorDict | None = None
     gradient_variance: TensorDict | None = None
     adapting: bool = True
+    friction: torch.Tensor | None = None
 
     def gradient_noise(self, variance: TensorDict | None = None) -> float | TensorDict:
         r""":math:`\hat\beta = \epsilon P \hat V / 2` per entry, for ``variance`` :math:`\hat V`
@@ -101,8 +106,10 @@ class StepInputs:
         }
 
     def preconditioner_of(self, name: str) -> torch.Tensor | float:
-        """The preconditioner of entry ``name`` (1 for the identity)."""
+        """The diagonal of the preconditioner of entry ``name`` (1 for the identity)."""
         value = entry(self.preconditioner, name)
+        if isinstance(value, DenseMetric):
+            return value.diagonal()
         return 1.0 if value is None else value
 
 
@@ -116,7 +123,9 @@ class SGLDOptions:
 class SGHMCOptions:
     """SGHMC's friction, gradient-noise handling and optional momentum refreshes.
 
-    See :class:`pyro_sgmcmc.SGHMC` for their meaning and ranges.
+    See :class:`pyro_sgmcmc.SGHMC` for their meaning and ranges. ``adapt_friction`` (the user
+    gave no friction): the adaptive warm-up may choose the friction, starting from
+    ``friction``.
     """
 
     friction: float = 0.05
@@ -124,6 +133,7 @@ class SGHMCOptions:
     gradient_noise_decay: float = 0.99
     resample_momentum_every: int | None = None
     momentum_persistence: float = 0.0
+    adapt_friction: bool = False
 
     def __post_init__(self) -> None:
         friction = check_interval("friction", self.friction, 0, 1, low_open=True)
@@ -205,11 +215,12 @@ def _sghmc_step(
     elif inputs.gradient_variance is not None:
         beta = inputs.gradient_noise()
     noise = inputs.draw_noise() if inputs.temperature > 0 else None
+    friction = options.friction if inputs.friction is None else inputs.friction
     new = sghmc_step(
         state,
         gradient,
         inputs.step_size,
-        options.friction,
+        friction,
         inputs.temperature,
         gradient_noise=beta,
         noise=noise,
@@ -217,11 +228,15 @@ def _sghmc_step(
     )._replace(noise_estimate=estimate)
     every = options.resample_momentum_every
     if every is not None and inputs.step % every == 0:
+        fresh = inputs.draw_noise()
+        dense = entry(inputs.preconditioner, next(iter(fresh)))
+        if isinstance(dense, DenseMetric):  # N(0, eta T P) through P's root
+            fresh = {name: dense.apply_root(value) for name, value in fresh.items()}
+            scale: Any = {name: sqrt(inputs.step_size * inputs.temperature) for name in fresh}
+        else:
+            scale = _momentum_scale(inputs, new.momentum)
         momentum = partial_momentum_refresh(
-            new.momentum,
-            options.momentum_persistence,
-            _momentum_scale(inputs, new.momentum),
-            noise=inputs.draw_noise(),
+            new.momentum, options.momentum_persistence, scale, noise=fresh
         )
         new = new._replace(momentum=momentum)
     return new
@@ -237,6 +252,17 @@ def _momentum_scale(inputs: StepInputs, momentum: TensorDict) -> dict[str, Any]:
 
 def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, options):
     noise = inputs.draw_noise() if inputs.temperature > 0 else None
+    if _dense(inputs) is not None:
+        # the adaptive warm-up's dense metric replaces the RMSprop diagonal: preconditioned SGLD
+        moved = sgld_step(
+            SGLDState(state.position),
+            gradient,
+            inputs.step_size,
+            inputs.temperature,
+            noise=noise,
+            preconditioner=inputs.preconditioner,
+        )
+        return state._replace(position=moved.position)
     return psgld_step(
         state,
         gradient,
@@ -249,6 +275,14 @@ def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, opt
         adapt=inputs.adapting or state.square_average is None,
         gradient_variance=inputs.gradient_variance,
     )
+
+
+def _dense(inputs: StepInputs) -> DenseMetric | None:
+    """The dense metric the inputs carry, if any."""
+    if inputs.preconditioner is None:
+        return None
+    value = next(iter(inputs.preconditioner.values()))
+    return value if isinstance(value, DenseMetric) else None
 
 
 def _sgd_step(state: SGDState, gradient: TensorDict, inputs: StepInputs, _: Any) -> SGDState:
@@ -293,7 +327,10 @@ def _move_variance(state: Any, inputs: StepInputs, _: Any) -> dict[str, Any] | N
 def _psgld_move_variance(
     state: PSGLDState, inputs: StepInputs, options: PSGLDOptions
 ) -> dict[str, Any] | None:
-    r""":math:`2 \epsilon T G` per entry, with pSGLD's own RMSprop diagonal :math:`G`."""
+    r""":math:`2 \epsilon T G` per entry, with pSGLD's own RMSprop diagonal :math:`G` (or the
+    diagonal of the dense metric that replaces it)."""
+    if _dense(inputs) is not None:
+        return _move_variance(state, inputs, options)
     if inputs.temperature <= 0 or state.square_average is None:
         return None
     return {

@@ -51,7 +51,7 @@ def sghmc_step(
     state: SGHMCState,
     gradient: Mapping[str, torch.Tensor],
     step_size: StepSize,
-    friction: float,
+    friction: StepSize,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
     *,
@@ -99,7 +99,8 @@ def sghmc_step(
         :math:`\eta \ge 0`: a float, or a tensor broadcasting against the positions (one step size
         per chain).
     friction:
-        :math:`\alpha \in [0, 1]` (``0`` is the naive, frictionless SGHMC: for demonstrations).
+        :math:`\alpha \in [0, 1]` (``0`` is the naive, frictionless SGHMC: for demonstrations):
+        a float, or a tensor broadcasting against the positions (one friction per chain).
     temperature:
         :math:`T \ge 0`.
     generator:
@@ -109,7 +110,8 @@ def sghmc_step(
     noise:
         Standard normal draws :math:`\xi_t` to use instead of the generator (for exact tests).
     preconditioner:
-        :math:`P`, one positive tensor per site (``None``: the identity).
+        :math:`P`, one positive tensor per site (a diagonal), a
+        :class:`~pyro_sgmcmc.dynamics.metric.DenseMetric` per site, or ``None`` (the identity).
 
     References
     ----------

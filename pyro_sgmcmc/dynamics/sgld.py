@@ -17,6 +17,7 @@ from ._common import (
     noise_scale,
     resolve_noise,
 )
+from .metric import DenseMetric
 
 
 class SGLDState(NamedTuple):
@@ -84,7 +85,8 @@ def sgld_step(
     noise:
         Standard normal draws :math:`\xi_t` to use instead of the generator (for exact tests).
     preconditioner:
-        :math:`P`, one positive tensor per entry (``None``: the identity).
+        :math:`P`, one positive tensor per entry (a diagonal), a
+        :class:`~pyro_sgmcmc.dynamics.metric.DenseMetric` per entry, or ``None`` (the identity).
     gradient_noise:
         :math:`\hat\beta \ge 0`, a float or one tensor per entry; the injected variance is
         clamped at zero.
@@ -111,18 +113,26 @@ def preconditioned_move(
     theta: torch.Tensor,
     gradient: torch.Tensor,
     step_size: StepSize,
-    preconditioner: torch.Tensor | None,
+    preconditioner: torch.Tensor | DenseMetric | None,
     scale: StepSize | None,
     xi: torch.Tensor | None,
 ) -> torch.Tensor:
-    r""":math:`\theta - \epsilon P g + s \sqrt{P}\, \xi` on a fresh tensor (inputs untouched)."""
-    drift = gradient if preconditioner is None else preconditioner * gradient
+    r""":math:`\theta - \epsilon P g + s P^{1/2} \xi` on a fresh tensor (inputs untouched); a
+    tensor :math:`P` is diagonal (element-wise), a :class:`~.metric.DenseMetric` a matrix."""
+    dense = isinstance(preconditioner, DenseMetric)
+    if preconditioner is None:
+        drift = gradient
+    else:
+        drift = preconditioner.apply(gradient) if dense else preconditioner * gradient
     if is_scalar(step_size):
         moved = torch.add(theta, drift, alpha=-step_size)
     else:
         moved = theta - step_size * drift
     if xi is not None:
-        std = scale if preconditioner is None else scale * preconditioner.sqrt()
+        if dense:
+            xi, std = preconditioner.apply_root(xi), scale
+        else:
+            std = scale if preconditioner is None else scale * preconditioner.sqrt()
         if is_scalar(std):
             moved.add_(xi, alpha=std)
         else:

@@ -84,13 +84,16 @@ adaptation).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..dynamics.metric import DenseMetric
 from ..dynamics.psgld import rmsprop_preconditioner
 from .controls import StepControl
+from .dense import DenseAdaptation, choose_friction
+from .estimators import AutoControlVariate
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import ChainEngine
@@ -136,6 +139,10 @@ PERTURBATION = 0.05
 #: A chain that diverges this many warm-up steps in a row (and again after as many more) goes
 #: back to where the last adaptation window began, with half the step.
 ANCHOR_RETREAT = 10
+#: With ``control_variate="auto"``, a chain samples with the control-variate gradient when its
+#: noise lets the per-coordinate steps grow this many times (geometric mean over coordinates):
+#: a control-variate step evaluates the minibatch twice.
+CV_GAIN = 2.0
 #: A chain whose typical coordinate sits more than this many posterior standard deviations
 #: from its mode over the last warm-up window (:class:`OffsetMeter`) is reported.
 OFFSET_LIMIT = 5.0
@@ -161,6 +168,10 @@ class AdaptiveControl(StepControl):
         A ``(C, D)`` tensor with the dtype and device of the positions.
     probe_every:
         Steps between two measurements.
+    dense:
+        Learn a dense preconditioner (:mod:`.dense`; SGLD and SGHMC with few coordinates).
+    adapt_friction:
+        Choose SGHMC's friction with the dense preconditioner (the user gave none).
     """
 
     def __init__(
@@ -172,6 +183,8 @@ class AdaptiveControl(StepControl):
         warmup_steps: int,
         like: torch.Tensor,
         probe_every: int = 4,
+        dense: bool = False,
+        adapt_friction: bool = False,
     ) -> None:
         if warmup_steps < MINIMUM_WARMUP_STEPS:
             raise ValueError(
@@ -184,7 +197,10 @@ class AdaptiveControl(StepControl):
         self.temperature, self.num_data = temperature, num_data
         self.probe_every = probe_every
         self.curvature_bound = CURVATURE_BOUND[algorithm]
-        self.noise_budget = options.friction if algorithm == "sghmc" else 1.0
+        self.dense = DenseAdaptation(like) if dense else None
+        self.adapt_friction = adapt_friction and dense and algorithm == "sghmc"
+        self.metric: DenseMetric | None = None
+        self.friction: torch.Tensor | None = None
         self.gibbs_start = int(SCHEDULE["gibbs"] * warmup_steps)
         self.probe_start = int(SCHEDULE["probe"] * warmup_steps)
         self.descent_end = int(SCHEDULE["descent"] * warmup_steps)
@@ -209,6 +225,13 @@ class AdaptiveControl(StepControl):
         self.offset = OffsetMeter(like)
         self.curvature: torch.Tensor | None = None
         self.direction: torch.Tensor | None = None
+        self.last_window_step: torch.Tensor | None = None
+        # control_variate="auto": positions of the first window (the centres), then the noise
+        # of both estimators over the second
+        self.position_sum = torch.zeros_like(like)
+        self.position_count = 0
+        self.pair_sum = torch.zeros(2, *like.shape, dtype=like.dtype, device=like.device)
+        self.pair_count = torch.zeros_like(column)
 
     # ------------------------------------------------------------------ what the engine reads
     @property
@@ -226,20 +249,31 @@ class AdaptiveControl(StepControl):
 
     def step_size(self, t: int) -> torch.Tensor:
         if t < self.descent_end:
-            # 0.01 -> 1 over the first half of the descent (at most 50 steps)
-            ramp = min(1.0, 0.01 * 100 ** (t / max(1, min(50, self.descent_end // 2))))
+            # 0.01 -> 1 over the first half of the descent (at most 50 steps); the exponent is
+            # clamped first, so a descent of any length cannot overflow the power
+            ramp_steps = max(1, min(50, self.descent_end // 2))
+            ramp = 0.01 * 100 ** min(1.0, t / ramp_steps)
             return self._descent_scale() * ramp * self.rate
         if self.frozen or t - self.window_start >= 20:
             return self.step
         return self.step * 10 ** ((t - self.window_start) / 20.0 - 1.0)
 
     @property
-    def preconditioner(self) -> dict[str, torch.Tensor] | None:
+    def preconditioner(self) -> dict[str, Any] | None:
+        if self.metric is not None:
+            return {"z": self.metric}
         if self.algorithm == "psgld":
             return None
         if self.fisher is not None:
             return {"z": self.fisher}
         return {"z": self._rmsprop() * self.boost}
+
+    def _budget(self) -> float | torch.Tensor:
+        """:math:`b`: the injected variance per unit step and temperature (SGHMC: its friction,
+        per chain once adapted)."""
+        if self.algorithm != "sghmc":
+            return 1.0
+        return self.options.friction if self.friction is None else self.friction
 
     def _descent_scale(self) -> float:
         """``lr`` as a step size: RMSprop steps move each coordinate by ``step``, heavy-ball
@@ -274,10 +308,18 @@ class AdaptiveControl(StepControl):
             self._update_boost(engine, ramped=t >= 50)
         if t > self.last_window:
             self.offset.add(engine.grad)
+        if self.descent_end < t <= self.window_ends[1] and _auto_control_variate(engine):
+            self.position_sum += engine.position
+            self.position_count += 1
         if t >= self.probe_start and t % self.probe_every == 0:
             self._probe(engine)
         if t in self.window_ends:
+            if t == self.window_ends[2]:
+                self._choose_control_variate(engine)
             self._end_window(engine)
+            if t == self.window_ends[1] and _auto_control_variate(engine):
+                centre = self.position_sum / max(self.position_count, 1)
+                engine.estimator.set_centre(centre, engine.fixed)
 
     def _update_boost(self, engine: ChainEngine, ramped: bool) -> None:
         """Delta-bar-delta on the descent's rates: grow where the gradient's running mean
@@ -301,10 +343,15 @@ class AdaptiveControl(StepControl):
     def _probe(self, engine: ChainEngine) -> None:
         """Accumulate the gradient noise and the Hessian's diagonal at the current position."""
         grad = engine.grad
+        difference = None
         if engine.batches.full_batch:  # no minibatch noise: skip the second gradient
             noise = torch.zeros_like(grad)
+        elif self._comparing_estimators(engine):
+            difference = self._probe_both_estimators(engine)
         else:
-            noise = 0.5 * (grad - engine.probe_gradient()).square()
+            difference = grad - engine.probe_gradient()
+        if difference is not None:
+            noise = 0.5 * difference.square()
         sign = engine.rademacher()
         if self.fisher is not None:
             epsilon = PERTURBATION * (self.temperature * self.fisher).sqrt()
@@ -313,12 +360,72 @@ class AdaptiveControl(StepControl):
         moved = engine.gradient_on_last_rows(engine.position + epsilon * sign)
         # |delta_i (H delta)_i| averages to at least |H_ii|: coordinates coupled to others get a
         # larger (safer) estimate, uncoupled ones the exact one
-        curvature = ((moved - grad) / epsilon).abs()
+        change = moved - grad
+        curvature = (change / epsilon).abs()
         # a probe that lands where the model is not finite is left out (for that chain)
         finite = (torch.isfinite(noise) & torch.isfinite(curvature)).all(1, keepdim=True)
         self.noise_sum += torch.where(finite, noise, 0.0)
         self.curvature_sum += torch.where(finite, curvature, 0.0)
         self.probes = self.probes + finite.to(grad.dtype)
+        if self.dense is not None:
+            self.dense.add_curvature(torch.where(finite, change, 0.0), sign / epsilon)
+            if difference is not None:
+                self.dense.add_noise(torch.where(finite, difference, 0.0))
+
+    def _comparing_estimators(self, engine: ChainEngine) -> bool:
+        """Whether the second adaptation window measures both gradient estimators."""
+        estimator = engine.estimator
+        return (
+            _auto_control_variate(engine)
+            and estimator.centre is not None
+            and estimator.active is None
+            and engine.t <= self.window_ends[2]
+        )
+
+    def _probe_both_estimators(self, engine: ChainEngine) -> torch.Tensor:
+        """The plain gradient's difference between two minibatches at the position (returned)
+        and the noise of both estimators on them (accumulated)."""
+        pair = engine.estimator.noise_pair(
+            engine.position, engine.fixed, engine.rows, engine.batches.independent()
+        )
+        both = torch.stack(pair)
+        finite = torch.isfinite(both).all(0).all(1, keepdim=True)
+        both = torch.where(finite, both, 0.0)
+        self.pair_sum += 0.5 * both.square()
+        self.pair_count = self.pair_count + finite.to(self.pair_count.dtype)
+        if self.dense is not None:
+            self.dense.add_pair(both[0], both[1])
+        return pair[0]
+
+    def _choose_control_variate(self, engine: ChainEngine) -> None:
+        r"""Turn the control variate on for the chains where it lets the steps grow
+        :data:`CV_GAIN` times (geometric mean over coordinates of the ratio of the steps the
+        curvature and noise bounds allow with either estimator's noise), and sample the last
+        window with the noise of the estimator chosen."""
+        if not (_auto_control_variate(engine) and engine.estimator.centre is not None):
+            return
+        if engine.estimator.active is not None or self.curvature is None:
+            return
+        count = self.pair_count.clamp_min(1.0)
+        plain, controlled = self.pair_sum[0] / count, self.pair_sum[1] / count
+        tiny = torch.finfo(plain.dtype).tiny
+        budget = NOISE_BOUND * self._budget() * self.temperature
+        curvature = self.curvature_bound / self.curvature.clamp_min(tiny)
+        allowed = [
+            torch.minimum(curvature, budget / noise.clamp_min(tiny))
+            for noise in (plain, controlled)
+        ]
+        gain = (allowed[1].log() - allowed[0].log()).mean(1).exp()
+        chosen = (gain >= CV_GAIN) & (self.pair_count.reshape(-1) > 0)
+        engine.estimator.activate(chosen.cpu())
+        if not bool(chosen.any()):
+            return
+        rows = chosen.reshape(-1, 1)
+        # the measurements of this window, with the control variate's noise, set the steps
+        self.noise_sum = torch.where(rows, controlled * self.probes, self.noise_sum)
+        if self.dense is not None:
+            self.dense.use_control_variate(chosen, self.pair_count, self.probes)
+        engine.refresh_gradient()
 
     def _end_window(self, engine: ChainEngine) -> None:
         """New preconditioner from the measurements so far; smaller steps where needed."""
@@ -335,15 +442,18 @@ class AdaptiveControl(StepControl):
         bound = NOISE_BOUND if engine.t >= self.last_window else BURN_IN_NOISE_BOUND
         tiny = torch.finfo(noise.dtype).tiny
         # per-coordinate step h P_i: the smaller of the curvature and the noise bounds
-        allowed = torch.minimum(
-            self.curvature_bound / curvature.clamp_min(tiny),
-            bound * self.noise_budget * self.temperature / noise.clamp_min(tiny),
-        )
-        allowed = self._site_cap(engine, allowed)
-        if self.algorithm == "psgld":
-            self.step = self._psgld_step(engine, allowed)
+        if self.dense is not None:
+            self._dense_metric(bound)
         else:
-            self.fisher = allowed / self.curvature_bound
+            allowed = torch.minimum(
+                self.curvature_bound / curvature.clamp_min(tiny),
+                bound * self._budget() * self.temperature / noise.clamp_min(tiny),
+            )
+            allowed = self._site_cap(engine, allowed)
+            if self.algorithm == "psgld":
+                self.step = self._psgld_step(engine, allowed)
+            else:
+                self.fisher = allowed / self.curvature_bound
         self._bound_stiffest_direction(engine)
         shrink = self.window_diverged
         if engine.t == self.window_ends[-1]:
@@ -354,15 +464,35 @@ class AdaptiveControl(StepControl):
         self.curvature_sum *= 0.5
         self.noise_sum *= 0.5
         self.probes *= 0.5
+        if self.dense is not None:
+            self.dense.decay()
         self.window_diverged.zero_()
         self.window_start = engine.t
+        if engine.t == self.last_window:
+            self.last_window_step = self.step.clone()
         engine.virial.reset()
         engine.rest_auxiliary()
         engine.keep_anchor()
 
-    def _unit_step(self, engine: ChainEngine) -> torch.Tensor | None:
+    def _dense_metric(self, bound: float) -> None:
+        """The dense preconditioner of :mod:`.dense` (and the friction, where it is chosen)."""
+        base = self.dense.metric(self.probes)
+        noise = self.dense.noise_curvature(base, self.probes)
+        if self.adapt_friction:
+            self.friction = choose_friction(
+                self.curvature_bound, noise, bound, self.temperature, self.options.friction
+            )
+        tiny = torch.finfo(noise.dtype).tiny
+        limit = bound * self._budget() * self.temperature / noise.clamp_min(tiny)
+        scale = limit.clamp_max(self.curvature_bound) / self.curvature_bound
+        self.metric = DenseMetric(
+            base.matrix * scale.unsqueeze(-1), base.root * scale.sqrt().unsqueeze(-1)
+        )
+        self.fisher = self.metric.diagonal()
+
+    def unit_step(self, engine: ChainEngine) -> torch.Tensor | None:
         """The per-coordinate step per unit of :math:`h` (``(C, D)``): the preconditioner."""
-        if self.algorithm != "psgld":
+        if self.algorithm != "psgld" or self.metric is not None:
             return self.fisher
         average = engine.state.square_average
         if average is None:
@@ -382,17 +512,24 @@ class AdaptiveControl(StepControl):
         exceeds the full data's: 2-8 times on the UCI and Fashion-MNIST networks). The cap only
         ever lowers :math:`h`; a chain whose products are not finite keeps its step.
         """
-        unit = self._unit_step(engine)
+        unit = self.unit_step(engine)
         if unit is None:
             return
-        root = unit.sqrt()
-        tiny = torch.finfo(root.dtype).tiny
+        if self.metric is not None:
+            apply_root = self.metric.apply_root
+        else:
+            root = unit.sqrt()
+
+            def apply_root(vector: torch.Tensor) -> torch.Tensor:
+                return root * vector
+
+        tiny = torch.finfo(unit.dtype).tiny
         # posterior standard deviations from the diagonal curvature, to size the perturbation
         deviation = (self.temperature / self.curvature.clamp_min(tiny)).sqrt()
         if self.direction is None:
             self.direction = engine.rademacher()
         top, self.direction = _power_iteration(
-            engine, root, deviation, self.direction, POWER_ITERATIONS
+            engine, apply_root, deviation, self.direction, POWER_ITERATIONS
         )
         limit = STABILITY_BOUND[self.algorithm] / top.clamp_min(tiny)
         self.step = torch.where(top > 0, torch.minimum(self.step, limit), self.step)
@@ -415,7 +552,7 @@ class AdaptiveControl(StepControl):
     def _psgld_step(self, engine: ChainEngine, allowed: torch.Tensor) -> torch.Tensor:
         r"""pSGLD's step: the largest :math:`h` with :math:`h G_i` within every coordinate's
         bound, :math:`G` being pSGLD's own RMSprop diagonal."""
-        gain = self._unit_step(engine)
+        gain = self.unit_step(engine)
         if gain is None:
             return self.step
         return (allowed / gain).amin(1, keepdim=True)
@@ -480,7 +617,12 @@ class AdaptiveControl(StepControl):
         if runaway is None or self.fisher is None:
             return None
         runaway = runaway.to(self.fisher.device)
-        self.fisher = torch.where(runaway, 0.1 * self.fisher, self.fisher)
+        if self.metric is not None:
+            factor = torch.where(runaway, 0.1**0.5, 1.0).to(self.fisher.dtype)
+            self.metric = self.metric.scaled(factor)
+            self.fisher = self.metric.diagonal()
+        else:
+            self.fisher = torch.where(runaway, 0.1 * self.fisher, self.fisher)
         return runaway.any(1)
 
     def end_warmup(self, engine: ChainEngine) -> None:
@@ -509,13 +651,28 @@ class AdaptiveControl(StepControl):
                 )
         return reports
 
+    def posterior_scale(self) -> torch.Tensor | None:
+        r""":math:`\sqrt{T / \hat H_{ii}}` from the curvature measured so far (``None`` before the
+        first measurement)."""
+        if self.curvature is None:
+            return None
+        tiny = torch.finfo(self.curvature.dtype).tiny
+        return (self.temperature / self.curvature.clamp_min(tiny)).sqrt()
+
+    def step_change(self) -> torch.Tensor | None:
+        """How many times larger the step of the last warm-up window was than the frozen one."""
+        if self.last_window_step is None:
+            return None
+        return self.last_window_step / self.step
+
     def reported_step_size(self, t: int, num_chains: int):
         return self.step_size(t).detach().reshape(-1).double().cpu().numpy()
 
     # ------------------------------------------------------------------ checkpoints
     _STATE = ("rate", "step", "window_start", "square", "count", "boost", "trend", "fisher",
               "curvature", "curvature_sum", "noise_sum", "probes", "frozen",
-              "window_diverged", "direction")  # fmt: skip
+              "window_diverged", "direction", "last_window_step", "position_sum",
+              "position_count", "pair_sum", "pair_count", "friction")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         state = {
@@ -524,6 +681,8 @@ class AdaptiveControl(StepControl):
             for value in [getattr(self, name)]
         }
         state["offset"] = self.offset.state_dict()
+        state["metric"] = None if self.metric is None else tuple(self.metric)
+        state["dense"] = None if self.dense is None else self.dense.state_dict()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -531,6 +690,13 @@ class AdaptiveControl(StepControl):
             value = state[name]
             setattr(self, name, value.clone() if isinstance(value, torch.Tensor) else value)
         self.offset.load_state_dict(state["offset"])
+        self.metric = None if state["metric"] is None else DenseMetric(*state["metric"])
+        if self.dense is not None:
+            self.dense.load_state_dict(state["dense"])
+
+
+def _auto_control_variate(engine: ChainEngine) -> bool:
+    return isinstance(engine.estimator, AutoControlVariate)
 
 
 class OffsetMeter:
@@ -581,7 +747,7 @@ class OffsetMeter:
 
 def _power_iteration(
     engine: ChainEngine,
-    root: torch.Tensor,
+    apply_root: Callable[[torch.Tensor], torch.Tensor],
     deviation: torch.Tensor,
     vector: torch.Tensor,
     iterations: int,
@@ -596,16 +762,17 @@ def _power_iteration(
     (units that are off, curved by the prior alone); every quotient is a lower bound of
     :math:`\lambda_{\max}`, and the largest one is then the estimate, its vector the next start.
     """
-    tiny = torch.finfo(root.dtype).tiny
-    quotients, counts = torch.zeros_like(root[:, :1]), torch.zeros_like(root[:, :1])
-    largest, best = torch.zeros_like(root[:, :1]), vector
+    tiny = torch.finfo(vector.dtype).tiny
+    quotients, counts = torch.zeros_like(vector[:, :1]), torch.zeros_like(vector[:, :1])
+    largest, best = torch.zeros_like(vector[:, :1]), vector
     for iteration in range(iterations):
         vector = vector / vector.norm(dim=1, keepdim=True).clamp_min(tiny)
         # no coordinate moves more than PERTURBATION posterior standard deviations
-        reach = (root * vector).abs() / deviation
+        rooted = apply_root(vector)
+        reach = rooted.abs() / deviation
         delta = PERTURBATION / reach.amax(1, keepdim=True).clamp_min(tiny)
-        base, moved = engine.gradients_around_position(delta * root * vector)
-        product = root * (moved - base) / delta
+        base, moved = engine.gradients_around_position(delta * rooted)
+        product = apply_root(moved - base) / delta
         finite = torch.isfinite(product).all(1, keepdim=True)
         quotient = torch.where(finite, (product * vector).sum(1, keepdim=True).abs(), 0.0)
         better = quotient > largest

@@ -29,22 +29,30 @@ from ..model_structure import (
     ModelStructure,
     check_finite_data,
     check_plate_fits_data,
+    has_hidden_units,
     inspect_model,
     resolve_batch_size,
 )
 from ..potentials import Potential, make_potential
 from .adaptation import AdaptiveControl
 from .controls import MandtRateControl, ScheduleControl, StepControl
+from .dense import DENSE_LIMIT
 from .distributed import DataParallelGradient, start_data_parallel
 from .divergence import BlowUpDetector, DivergenceMonitor
 from .engine import ChainEngine
-from .estimators import ControlVariateGradient, MinibatchGradient, find_centre
+from .estimators import (
+    AutoControlVariate,
+    ControlVariateGradient,
+    MinibatchGradient,
+    find_centre,
+)
 from .gibbs_blocks import GibbsBlocks, supports_temperature
 from .health import check_classifier, check_draws
 from .layout import FlatLayout
 from .minibatch import Minibatcher
 from .seeds import chain_generators, chain_seeds
 from .settings import SamplerSettings, settings_signature
+from .thinning import ThinningMeter, warmup_steps_per_draw
 
 __all__ = ["PreparedChains", "prepare_chains", "resolve_gibbs_updates"]
 
@@ -69,6 +77,8 @@ class PreparedChains:
         The chains' unconstrained starting values, ``(C, ...)`` per latent site.
     seeds:
         The seed of each chain's generator.
+    data:
+        The model's full-data ``(args, kwargs)``.
     """
 
     engine: ChainEngine
@@ -77,15 +87,16 @@ class PreparedChains:
     potential: Potential
     initial: TensorDict
     seeds: list[int]
+    data: tuple[tuple, dict[str, Any]] = ((), {})
 
     @property
     def latent_sites(self) -> tuple[str, ...]:
         return self.structure.latent_sites
 
     def draw(self) -> TensorDict:
-        """The engine's current position: unconstrained ``(C, ...)`` values of every latent site,
-        in the model's order (safe to keep: the engine never modifies a state in place)."""
-        values = self.engine.current_values()
+        """The engine's last draw: unconstrained ``(C, ...)`` values of every latent site, in the
+        model's order (safe to keep: the engine never modifies a state in place)."""
+        values = self.engine.drawn_values()
         return {name: values[name] for name in self.structure.latent_sites}
 
     def signature(self, kernel: Any) -> dict[str, Any]:
@@ -202,8 +213,22 @@ def prepare_chains(
         model, args, kwargs, settings, seeds, chains, structure, initial, gibbs_sites
     )
     estimator = _estimator(settings, potential, layout, first, transforms, len(seeds))
+    if settings.control_variate == "auto" and not (
+        settings.adaptive
+        and batch_size < structure.num_data
+        and not updates
+        and not settings.data_parallel
+    ):
+        estimator = MinibatchGradient(potential)
     if settings.data_parallel:
         estimator = DataParallelGradient(estimator, structure.num_data, batch_size)
+    # the adaptive warm-up chooses the thinning; a hand-given step keeps one step per draw
+    thinning = settings.num_steps_per_sample or (None if settings.adaptive else 1)
+    steps_per_draw = thinning or warmup_steps_per_draw(warmup_draws)
+    meter = None
+    if thinning is None:
+        shapes = {name: value.shape[1:] for name, value in initial.items()}
+        meter = ThinningMeter(warmup_draws * steps_per_draw, has_hidden_units(model, shapes))
     engine = ChainEngine(
         algorithm=algorithm,
         options=options,
@@ -211,7 +236,15 @@ def prepare_chains(
         estimator=estimator,
         batches=batches,
         generators=generators,
-        control=make_control(settings, algorithm, options, batches, warmup_draws, flat),
+        control=make_control(
+            settings,
+            algorithm,
+            options,
+            batches,
+            warmup_draws * steps_per_draw,
+            warmup_draws,
+            flat,
+        ),
         gibbs=_gibbs_blocks(settings, updates, potential, generators, args, kwargs, batches),
         monitor=DivergenceMonitor(
             len(seeds),
@@ -222,11 +255,15 @@ def prepare_chains(
         ),
         num_data=structure.num_data,
         temperature=settings.temperature if algorithm.uses_temperature else 1.0,
-        num_steps_per_sample=settings.num_steps_per_sample,
+        num_steps_per_sample=thinning,
         warmup_draws=warmup_draws,
+        warmup_steps_per_draw=steps_per_draw,
+        thinning_meter=meter,
     )
     engine.start(flat, fixed)
-    return PreparedChains(engine, structure, transforms, potential, initial, seeds)
+    return PreparedChains(
+        engine, structure, transforms, potential, initial, seeds, (args, dict(kwargs))
+    )
 
 
 def data_device(args: tuple, kwargs: Mapping[str, Any]) -> torch.device:
@@ -423,6 +460,8 @@ def _estimator(settings, potential, layout, start, transforms, num_chains):
     """The gradient estimator; ``start`` holds chain 0's ``(1, ...)`` starting values."""
     if settings.control_variate is False:
         return MinibatchGradient(potential)
+    if settings.control_variate == "auto":
+        return AutoControlVariate(potential, settings.chunk_size)
     if settings.control_variate is True:
         fixed = {name: value for name, value in start.items() if name not in layout.names}
         centre = find_centre(
@@ -481,18 +520,21 @@ def make_control(
     algorithm: Algorithm,
     options: Any,
     batches: Minibatcher,
+    warmup_steps: int,
     warmup: int,
     like: torch.Tensor,
 ) -> StepControl:
     """The step-size control: the user's schedule, or (no step size given) the adaptive warm-up
-    (:mod:`pyro_sgmcmc.engine.adaptation`); for constant SGD with ``optimal_rate``, either of
-    them during warm-up and Mandt et al.'s rate after."""
+    (:mod:`pyro_sgmcmc.engine.adaptation`) over ``warmup_steps`` gradient steps; for constant
+    SGD with ``optimal_rate``, either of them during the ``warmup`` draws of warm-up and Mandt
+    et al.'s rate after."""
     num_data = batches.num_data
     if settings.adaptive:
         rule = "sgld" if algorithm.name == "constant_sgd" else algorithm.name
+        dense = algorithm.name in ("sgld", "sghmc", "psgld") and like.shape[1] <= DENSE_LIMIT
         control: StepControl = AdaptiveControl(
-            rule, options, settings.temperature, num_data,
-            warmup * settings.num_steps_per_sample, like,
+            rule, options, settings.temperature, num_data, warmup_steps, like,
+            dense=dense, adapt_friction=getattr(options, "adapt_friction", False),
         )  # fmt: skip
     else:
         scale = 1.0 / num_data if settings.per_datum else 1.0

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..dynamics.metric import DenseMetric
+from ..dynamics.psgld import rmsprop_preconditioner
 from ..dynamics.sgd import optimal_constant_rates
 from ..schedules import StepSchedule
 
@@ -34,8 +36,10 @@ __all__ = ["MandtRateControl", "ScheduleControl", "StepControl"]
 class StepControl:
     """Base class: a schedule-free control that adapts nothing (see the module docstring)."""
 
-    preconditioner: dict[str, torch.Tensor] | None = None
+    preconditioner: dict[str, Any] | None = None
     gradient_variance: dict[str, torch.Tensor] | None = None
+    #: SGHMC's friction per chain, ``(C, 1)``, where the control adapts it (else ``None``).
+    friction: torch.Tensor | None = None
 
     @property
     def adapting(self) -> bool:
@@ -70,6 +74,27 @@ class StepControl:
 
     def end_warmup(self, engine: ChainEngine) -> None:
         """Called once, before the first step of the first kept draw."""
+
+    def unit_step(self, engine: ChainEngine) -> torch.Tensor | None:
+        """``(C, D)``: the step of each coordinate per unit of :meth:`step_size` -- the
+        preconditioner, or pSGLD's own RMSprop diagonal -- or ``None`` (one)."""
+        if self.preconditioner is not None:
+            value = self.preconditioner["z"]
+            return value.diagonal() if isinstance(value, DenseMetric) else value
+        average = getattr(engine.state, "square_average", None)
+        if average is None:
+            return None
+        return rmsprop_preconditioner(average["z"], engine.options.epsilon)
+
+    def posterior_scale(self) -> torch.Tensor | None:
+        """``(C, D)`` posterior standard deviations of the coordinates as the warm-up measured
+        them, or ``None`` (unknown)."""
+        return None
+
+    def step_change(self) -> torch.Tensor | None:
+        """``(C, 1)``: how many times larger the step was during the last quarter of warm-up
+        than the frozen step of the sampling phase (``None``: the same)."""
+        return None
 
     def reported_step_size(self, t: int, num_chains: int) -> np.ndarray:
         """The step size of each chain at step ``t``, for the per-draw statistics."""
@@ -167,6 +192,9 @@ class MandtRateControl(StepControl):
 
     def updates_gibbs(self, t: int) -> bool:
         return self.rates is not None or self.warmup.updates_gibbs(t)
+
+    def posterior_scale(self) -> torch.Tensor | None:
+        return self.warmup.posterior_scale()
 
     def begin(self, engine: ChainEngine) -> None:
         self.warmup.begin(engine)

@@ -40,6 +40,7 @@ from .gibbs_blocks import GibbsBlocks
 from .layout import FlatLayout
 from .minibatch import Minibatcher
 from .noise import GaussianNoise
+from .thinning import DrawCadence, ThinningMeter
 from .virial import VirialMeter
 
 __all__ = ["FLAT", "ChainEngine", "DrawStats"]
@@ -115,9 +116,15 @@ class ChainEngine:
     temperature:
         :math:`T` of the sampling phases.
     num_steps_per_sample:
-        Gradient steps per draw (more while the control is in an exploration phase).
+        Gradient steps per kept draw (more while the control is in an exploration phase), or
+        ``None``: each chain's thinning is chosen at the end of warm-up by ``thinning_meter``.
     warmup_draws:
         Draws before the control freezes its adaptation.
+    warmup_steps_per_draw:
+        Gradient steps per warm-up draw (default: ``num_steps_per_sample``).
+    thinning_meter:
+        Measures the chains' autocorrelation during warm-up and chooses their thinning
+        (:mod:`.thinning`); required when ``num_steps_per_sample`` is ``None``.
     """
 
     def __init__(
@@ -134,9 +141,13 @@ class ChainEngine:
         monitor: DivergenceMonitor,
         num_data: int,
         temperature: float,
-        num_steps_per_sample: int,
+        num_steps_per_sample: int | None,
         warmup_draws: int,
+        warmup_steps_per_draw: int | None = None,
+        thinning_meter: ThinningMeter | None = None,
     ) -> None:
+        if num_steps_per_sample is None and thinning_meter is None:
+            raise ValueError("num_steps_per_sample=None needs a thinning_meter")
         self.algorithm, self.options = algorithm, options
         self.layout = layout
         self.estimator = estimator
@@ -149,6 +160,10 @@ class ChainEngine:
         self.temperature = temperature
         self.num_steps_per_sample = num_steps_per_sample
         self.warmup_draws = warmup_draws
+        self.warmup_steps_per_draw = warmup_steps_per_draw or num_steps_per_sample or 1
+        self.thinning_meter = thinning_meter
+        self.cadence: DrawCadence | None = None
+        self.drawn: list[dict[str, Any]] | None = None
         self.t = 0
         self.draws_done = 0
         self.state: Any = None
@@ -173,6 +188,28 @@ class ChainEngine:
     def current_values(self) -> dict[str, torch.Tensor]:
         """Unconstrained values of every latent site, ``(C, ...)`` (moving and fixed sites)."""
         return {**self.layout.unflatten(self.position), **self.fixed}
+
+    def drawn_values(self) -> dict[str, torch.Tensor]:
+        """Unconstrained values of every latent site at the last draw, ``(C, ...)``: the
+        current values after a warm-up draw; after a kept draw, each chain's kept state (a
+        chain whose thinning is shorter than another's has stepped on since)."""
+        if self.drawn is None:
+            return self.current_values()
+        flat = torch.stack([entry["flat"] for entry in self.drawn])
+        fixed = {
+            name: torch.stack([entry["fixed"][name] for entry in self.drawn]) for name in self.fixed
+        }
+        return {**self.layout.unflatten(flat), **fixed}
+
+    @property
+    def thinning(self) -> list[int] | None:
+        """Gradient steps per kept draw of each chain (``None`` before the end of warm-up when
+        the warm-up chooses them)."""
+        if self.cadence is not None:
+            return list(self.cadence.thinning)
+        if self.num_steps_per_sample is not None:
+            return [self.num_steps_per_sample] * self.num_chains
+        return None
 
     def start(self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor]) -> None:
         """(Re)start the dynamics at ``flat`` (``(C, D)``) with auxiliary variables at rest.
@@ -205,24 +242,57 @@ class ChainEngine:
 
     # ------------------------------------------------------------------ stepping
     def draw(self) -> DrawStats:
-        """Advance every chain by one draw: ``num_steps_per_sample`` steps, more while the
-        control is in an exploration phase."""
-        if self.draws_done == self.warmup_draws:
-            self.control.end_warmup(self)
-            self.virial.reset()
+        """Advance every chain by one draw: ``warmup_steps_per_draw`` steps during warm-up,
+        then each chain's thinning (more while the control is in an exploration phase)."""
+        if self.draws_done == self.warmup_draws and self.cadence is None:
+            self._end_warmup()
+        if self.in_warmup:
+            return self._warmup_draw()
+        return self._kept_draw()
+
+    def _end_warmup(self) -> None:
+        """Freeze the control's adaptation and fix each chain's thinning."""
+        self.control.end_warmup(self)
+        self.virial.reset()
+        thinning = self.thinning
+        if thinning is None:
+            thinning = self.thinning_meter.choose(self.control.step_change())
+        self.cadence = DrawCadence(thinning)
+        self.monitor.start_draw()
+
+    def _warmup_draw(self) -> DrawStats:
         self.monitor.start_draw()
         steps = 0
         while True:
             sampling = self.step()
             steps += 1
-            if steps >= self.num_steps_per_sample and sampling:
+            if steps >= self.warmup_steps_per_draw and sampling:
                 break
         self.draws_done += 1
+        self.drawn = None
         return DrawStats(
             potential_energy=self.value.detach().double().cpu().numpy(),
             step_size=self.control.reported_step_size(self.t - 1, self.num_chains),
             temperature=self.temperature,
             diverging=self.monitor.draw_diverged.cpu().numpy().copy(),
+        )
+
+    def _kept_draw(self) -> DrawStats:
+        cadence = self.cadence
+        while not cadence.ready:
+            sampling = self.step()
+            cadence.after_step(self, sampling)
+        self.drawn = cadence.pop()
+        self.draws_done += 1
+        return DrawStats(
+            potential_energy=torch.stack([entry["value"] for entry in self.drawn])
+            .detach()
+            .double()
+            .cpu()
+            .numpy(),
+            step_size=np.array([entry["step_size"] for entry in self.drawn]),
+            temperature=self.temperature,
+            diverging=np.array([entry["diverged"] for entry in self.drawn], dtype=bool),
         )
 
     def _inputs(self, t: int, temperature: float) -> StepInputs:
@@ -236,6 +306,7 @@ class ChainEngine:
             preconditioner=control.preconditioner,
             gradient_variance=control.gradient_variance,
             adapting=control.adapting,
+            friction=control.friction,
         )
 
     def step(self) -> bool:
@@ -266,6 +337,8 @@ class ChainEngine:
             self.virial.update(self.position, self.grad)
         if self.in_warmup:
             self.control.observe(self)
+            if self.thinning_meter is not None:
+                self.thinning_meter.observe(self)
         return sampling
 
     def _gibbs_update(self) -> None:
@@ -341,6 +414,11 @@ class ChainEngine:
         if self.monitor.blow_up is not None:
             self.monitor.blow_up.rebase()  # the potential's level restarts at the next step
 
+    def refresh_gradient(self) -> None:
+        """Evaluate the potential and gradient at the current position on the current rows
+        again (after the gradient estimator changed)."""
+        self.value, self.grad = self.estimator(self.position, self.fixed, self.rows)
+
     def draw_noise(self) -> dict[str, torch.Tensor]:
         """Standard normal draws shaped like the position, each chain from its own generator
         (in blocks of steps: :class:`~pyro_sgmcmc.engine.noise.GaussianNoise`)."""
@@ -410,6 +488,11 @@ class ChainEngine:
             "monitor": self.monitor.state_dict(),
             "control": self.control.state_dict(),
             "estimator": self.estimator.state_dict(),
+            "thinning_meter": None
+            if self.thinning_meter is None
+            else self.thinning_meter.state_dict(),
+            "cadence": None if self.cadence is None else self.cadence.state_dict(),
+            "drawn": self.drawn,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -432,3 +515,10 @@ class ChainEngine:
         self.monitor.load_state_dict(state["monitor"])
         self.control.load_state_dict(state["control"])
         self.estimator.load_state_dict(state["estimator"])
+        if self.thinning_meter is not None and state.get("thinning_meter") is not None:
+            self.thinning_meter.load_state_dict(state["thinning_meter"])
+        self.cadence = None
+        if state.get("cadence") is not None:
+            self.cadence = DrawCadence(state["cadence"]["thinning"])
+            self.cadence.load_state_dict(state["cadence"])
+        self.drawn = state.get("drawn")

@@ -17,7 +17,7 @@ import torch
 from ..errors import SamplerDivergedError
 from ..potentials import Potential
 
-__all__ = ["ControlVariateGradient", "MinibatchGradient", "find_centre"]
+__all__ = ["AutoControlVariate", "ControlVariateGradient", "MinibatchGradient", "find_centre"]
 
 
 class MinibatchGradient:
@@ -108,6 +108,109 @@ class ControlVariateGradient(MinibatchGradient):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Take the saved centre; its full-data gradient is recomputed on first use."""
         self.centre = state["centre"]
+        self.full_data_passes = state["full_data_passes"]
+        self.centre_gradient = None
+
+
+class AutoControlVariate(MinibatchGradient):
+    r"""The plain minibatch gradient, or the control-variate estimator of
+    :class:`ControlVariateGradient` for the chains whose gradient noise it reduces -- chosen by
+    the adaptive warm-up (``control_variate="auto"``, the default).
+
+    The warm-up gives each chain its own centre :math:`\hat z_c` (the mean of the chain's
+    positions over an adaptation window, near the posterior mean: the control variate's
+    variance grows with the squared distance from it), measures both estimators' noise at the
+    same positions and minibatches (:meth:`noise_pair`), and :meth:`activate`\ s the control
+    variate for the chains where it allows steps :data:`~pyro_sgmcmc.engine.adaptation.CV_GAIN`
+    times larger (a control-variate step evaluates the minibatch twice). It is unbiased for any
+    centre, so the choice changes the speed of mixing, not the target.
+
+    Parameters
+    ----------
+    potential:
+        The minibatch potential.
+    chunk_size:
+        Rows per call in the full-data passes (one per chain, at the centre).
+    """
+
+    def __init__(self, potential: Potential, chunk_size: int) -> None:
+        super().__init__(potential)
+        self.chunk_size = chunk_size
+        self.centre: torch.Tensor | None = None
+        self.centre_gradient: torch.Tensor | None = None
+        self.active: torch.Tensor | None = None
+        self.fixed: Mapping[str, torch.Tensor] = {}
+        self.full_data_passes = 0
+
+    def set_centre(self, centre: torch.Tensor, fixed: Mapping[str, torch.Tensor]) -> None:
+        """Use the ``(C, D)`` centres (one full-data pass per chain)."""
+        self.centre = centre.detach()
+        self.refresh(fixed)
+
+    def refresh(self, fixed: Mapping[str, torch.Tensor]) -> None:
+        self.fixed = fixed
+        if self.centre is None:
+            return
+        _, grad = self.potential.full_data_value_and_grad(self.centre, fixed, self.chunk_size)
+        self.centre_gradient = grad
+        self.full_data_passes += 1
+
+    def activate(self, chains: torch.Tensor) -> None:
+        """Use the control variate for the chains of the ``(C,)`` mask from now on."""
+        self.active = chains.to(torch.bool)
+
+    @property
+    def used(self) -> bool:
+        """Whether some chain uses the control variate."""
+        return self.active is not None and bool(self.active.any())
+
+    def noise_pair(
+        self,
+        flat: torch.Tensor,
+        fixed: Mapping[str, torch.Tensor],
+        rows: torch.Tensor,
+        other: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        r"""``(C, D)`` each: the difference :math:`g_S - g_{S'}` of the plain and of the
+        control-variate gradient at ``flat`` between the minibatches ``rows`` and ``other``
+        (half its square estimates the gradient noise)."""
+        count = flat.shape[0]
+        centre = self.centre.expand(count, -1)
+        positions = torch.cat([flat, centre, flat, centre])
+        doubled = {name: torch.cat([value] * 4) for name, value in fixed.items()}
+        _, grad = self.potential.value_and_grad(
+            positions, doubled, torch.cat([rows, rows, other, other])
+        )
+        at, centred, at_other, centred_other = grad.split(count)
+        return at - at_other, (at - centred) - (at_other - centred_other)
+
+    def __call__(
+        self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if rows is None or not self.used:
+            return self.potential.value_and_grad(flat, fixed, rows)
+        if self.centre_gradient is None:
+            self.refresh(fixed)
+        count = flat.shape[0]
+        both = torch.cat([flat, self.centre.expand(count, -1)])
+        doubled = {name: torch.cat([value, value]) for name, value in fixed.items()}
+        value, grad = self.potential.value_and_grad(both, doubled, torch.cat([rows, rows]))
+        plain = grad[:count]
+        estimate = plain - grad[count:] + self.centre_gradient
+        active = self.active.to(flat.device).reshape(-1, 1)
+        return value[:count], torch.where(active, estimate, plain)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "centre": self.centre,
+            "active": self.active,
+            "full_data_passes": self.full_data_passes,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Take the saved centres and choice; their full-data gradients are recomputed on first
+        use."""
+        self.centre, self.active = state["centre"], state["active"]
         self.full_data_passes = state["full_data_passes"]
         self.centre_gradient = None
 

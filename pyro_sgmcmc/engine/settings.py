@@ -35,7 +35,7 @@ class SamplerSettings:
     schedule: StepSchedule | None
     batch_size: int | None
     subsample_plate: str
-    num_steps_per_sample: int
+    num_steps_per_sample: int | None
     temperature: float
     init_strategy: Callable
     seed: int | None
@@ -46,7 +46,7 @@ class SamplerSettings:
     transforms: dict[str, Transform] | None
     batch_sampling: BatchSampling
     keep_draws: bool
-    control_variate: bool | Mapping[str, Any]
+    control_variate: bool | str | Mapping[str, Any]
     centre_iterations: int
     chunk_size: int
     compile: bool
@@ -165,11 +165,13 @@ def _flag_off_by_default(name: str, value: Any) -> bool:
     return False if value is None else _boolean(name, value)
 
 
-def _control_variate(name: str, value: Any) -> bool | Mapping[str, Any]:
+def _control_variate(name: str, value: Any) -> bool | str | Mapping[str, Any]:
+    if value == "auto" and isinstance(value, str):
+        return value
     if not isinstance(value, bool | Mapping):
         raise TypeError(
-            f"{name} must be True, False or a mapping from site name to the centre's constrained "
-            f"value, got {type(value).__name__}"
+            f"{name} must be 'auto', True, False or a mapping from site name to the centre's "
+            f"constrained value, got {value!r}"
         )
     return value
 
@@ -177,7 +179,7 @@ def _control_variate(name: str, value: Any) -> bool | Mapping[str, Any]:
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "batch_size": _optional_positive_int,
     "subsample_plate": _plate,
-    "num_steps_per_sample": check_positive_int,
+    "num_steps_per_sample": _optional_positive_int,
     "temperature": check_positive,
     "init_strategy": _callable,
     "seed": _seed,

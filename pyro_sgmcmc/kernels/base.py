@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
@@ -28,8 +29,10 @@ from ..dynamics.registry import get_algorithm
 from ..engine.build import PreparedChains, prepare_chains
 from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
+from ..engine.report import coordinate_steps, sampling_report
 from ..engine.settings import SamplerSettings
 from ..errors import CheckpointError, SamplerDivergedError
+from ..function_space import OutputDraws, run_verdict
 from ..gibbs import GibbsUpdate
 from ..initialization import init_to_fan_in
 from ..schedules import StepSchedule
@@ -60,7 +63,7 @@ class StochasticGradientKernel(MCMCKernel):
         learning_rate: StepSizeArgument = None,
         batch_size: int | None = None,
         subsample_plate: str = "data",
-        num_steps_per_sample: int = 1,
+        num_steps_per_sample: int | None = None,
         temperature: float = 1.0,
         init_strategy: Callable = DEFAULT_INIT,
         seed: int | None = None,
@@ -71,7 +74,7 @@ class StochasticGradientKernel(MCMCKernel):
         transforms: Mapping[str, Transform] | None = None,
         batch_sampling: Literal["epoch", "independent"] = "epoch",
         keep_draws: bool = True,
-        control_variate: bool | Mapping[str, torch.Tensor] = False,
+        control_variate: bool | Literal["auto"] | Mapping[str, torch.Tensor] = "auto",
         centre_iterations: int = 100,
         chunk_size: int = 65536,
         compile: bool = False,
@@ -90,6 +93,8 @@ class StochasticGradientKernel(MCMCKernel):
         self.transforms: dict[str, Transform] | None = None
         self._num_setups = 0
         self._user_initial_params: TensorDict | None = None
+        self._finished_chains: list[TensorDict] = []
+        self._run_position: tuple[int, int] | None = None
         self._reset_chain()
 
     @property
@@ -151,6 +156,9 @@ class StochasticGradientKernel(MCMCKernel):
         self._reset_chain()
         self._num_setups += 1
         self._data = (args, kwargs)
+        self._run_position = sequential_run_position()
+        if self._run_position is None or self._run_position[0] == 0:
+            self._finished_chains = []
         self._chains = prepare_chains(
             self.settings, self.rule, self.options, self.model, args, kwargs,
             chains=[chain], warmup_draws=warmup_steps,
@@ -289,16 +297,20 @@ class StochasticGradientKernel(MCMCKernel):
         return self._chains.constrain(draws)
 
     def logging(self) -> OrderedDict:
-        """Shown on Pyro's progress bar."""
+        """Shown on Pyro's progress bar: the median per-coordinate step :math:`h P_i`, the
+        minibatch potential, the divergences so far and, once chosen, the thinning."""
         step, potential = math.nan, math.nan
         if self._chains is not None and self._chains.engine.value is not None:
             engine = self._chains.engine
-            step = float(engine.control.reported_step_size(max(engine.t - 1, 0), 1)[0])
+            # the median step of a coordinate, h P_i: what the chain moves by
+            step = float(coordinate_steps(engine)[0].median())
             potential = float(engine.value[0])
         divergent = 0 if self._chains is None else self._chains.engine.monitor.total
-        return OrderedDict(
-            [("step size", f"{step:.2e}"), ("U", f"{potential:.4g}"), ("div", divergent)]
-        )
+        fields = [("step size", f"{step:.2e}"), ("U", f"{potential:.4g}"), ("div", divergent)]
+        thinning = None if self._chains is None else self._chains.engine.thinning
+        if thinning is not None:
+            fields.append(("thin", thinning[0]))
+        return OrderedDict(fields)
 
     def diagnostics(self) -> dict:
         """Per-chain diagnostics; ``pyro.infer.MCMC.diagnostics()`` gathers them over chains.
@@ -311,16 +323,56 @@ class StochasticGradientKernel(MCMCKernel):
         monitor = None if self._chains is None else self._chains.engine.monitor
         if self._chains is not None and self._recorder.draws:
             warn_all(self._chains.final_messages(self._recorder.stacked()))
+            self._judge_run()
         return {
             "divergences": np.flatnonzero(stats["diverging"]).tolist(),
             "warmup_divergences": 0 if monitor is None else monitor.warmup_steps[0],
             "divergent_steps": [] if monitor is None else list(monitor.steps[0]),
             "num_steps": 0 if self._chains is None else self._chains.engine.t,
+            **self._chains_report(),
             "chain_seed": self.chain_seed,
             "step_size": torch.from_numpy(stats["step_size"]),
             "temperature": torch.from_numpy(stats["temperature"]),
             "potential_energy": torch.from_numpy(-stats["lp"]),
         }
+
+    def _judge_run(self) -> None:
+        """At the end of the last chain of a ``pyro.infer.MCMC`` run, warn if the run has not
+        converged: the chains of a sequential run share this kernel, which keeps each finished
+        chain's draws; a chain that runs in a process of its own is judged alone."""
+        draws = self.constrain_draws(self._recorder.stacked())
+        position = self._run_position
+        if position is not None:
+            self._finished_chains.append(draws)
+            if position[0] != position[1] - 1:
+                return
+            counts = {next(iter(d.values())).shape[1] for d in self._finished_chains}
+            if len(counts) != 1:
+                return
+            draws = {
+                name: torch.cat([d[name] for d in self._finished_chains])
+                for name in self._finished_chains[0]
+            }
+            self._finished_chains = []
+        structure = self._chains.structure
+        outputs = OutputDraws(structure.model, *self._chains.data, structure.plate)
+        verdict = run_verdict(draws, structure.model, outputs)
+        if verdict.converged:
+            return
+        chains, count = next(iter(draws.values())).shape[:2]
+        which = (
+            f"{chains} chains" if position is not None else f"one chain (seed {self.chain_seed})"
+        )
+        warn_all([
+            f"MCMC with {type(self).__name__}: {which} x {count} draws, {verdict} (or use "
+            "pyro_sgmcmc.run_chains(kernel, ..., target_ess=400), which draws until it has)"
+        ])  # fmt: skip
+
+    def _chains_report(self) -> dict[str, Any]:
+        """What the warm-up chose for the current chain (thinning, autocorrelation time)."""
+        if self._chains is None:
+            return {}
+        return sampling_report(self._chains.engine, 0)
 
     def cleanup(self) -> None:
         """Forget the chain's state so that the next chain starts fresh."""
@@ -336,11 +388,32 @@ class StochasticGradientKernel(MCMCKernel):
         step = (
             "adaptive" if settings.adaptive else repr(settings.step_size or settings.learning_rate)
         )
+        thinning = settings.num_steps_per_sample
+        chosen = None if self._chains is None else self._chains.engine.thinning
+        if thinning is None:
+            thinning = "auto" if chosen is None else f"auto (chose {chosen[0]})"
         return (
             f"{type(self).__name__}(step={step}, batch_size={settings.batch_size}, "
-            f"num_steps_per_sample={settings.num_steps_per_sample}, "
+            f"num_steps_per_sample={thinning}, "
             f"temperature={settings.temperature}, {self.options})"
         )
+
+
+def sequential_run_position() -> tuple[int, int] | None:
+    """``(chain index, number of chains)`` when ``pyro.infer.MCMC`` runs its chains one after
+    the other in this process (its ``_UnarySampler``, found on the call stack: the only place
+    the number of chains is known to a kernel), else ``None``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        runner = frame.f_locals.get("self")
+        if type(runner).__name__ == "_UnarySampler" and frame.f_code.co_name == "run":
+            index = frame.f_locals.get("i")
+            total = getattr(runner, "num_chains", None)
+            if isinstance(index, int) and isinstance(total, int):
+                return index, total
+            return None
+        frame = frame.f_back
+    return None
 
 
 def _stack_draws(draws: Any) -> TensorDict:

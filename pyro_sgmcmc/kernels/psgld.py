@@ -23,7 +23,12 @@ class PSGLD(StochasticGradientKernel):
     given, the preconditioner adapts during warm-up and sampling alike; with the adaptive
     warm-up (no step size given) it is frozen at the end of warm-up, together with
     :math:`\epsilon`, so the sampling phase needs no correction term
-    (:mod:`pyro_sgmcmc.engine.adaptation`).
+    (:mod:`pyro_sgmcmc.engine.adaptation`). For a model with at most
+    :data:`~pyro_sgmcmc.engine.dense.DENSE_LIMIT` coordinates the adaptive warm-up replaces
+    :math:`G` by a dense metric learnt from the curvature (:mod:`pyro_sgmcmc.engine.dense`),
+    which a diagonal cannot match on a correlated posterior: the sampling phase is then
+    preconditioned SGLD with a constant dense :math:`G`, the same update as
+    :class:`~pyro_sgmcmc.SGLD`'s.
 
     Parameters
     ----------

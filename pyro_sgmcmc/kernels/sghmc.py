@@ -7,6 +7,9 @@ from typing import Literal
 from ..dynamics.registry import SGHMCOptions
 from .base import StochasticGradientKernel
 
+#: SGHMC's friction when none is given and the warm-up does not choose it.
+DEFAULT_FRICTION = 0.05
+
 
 class SGHMC(StochasticGradientKernel):
     r"""Stochastic gradient HMC with friction as a ``pyro.infer.MCMC`` kernel.
@@ -30,7 +33,12 @@ class SGHMC(StochasticGradientKernel):
     ----------
     friction:
         :math:`\alpha \in (0, 1]`, the fraction of momentum lost per step (Chen et al. use
-        0.01-0.1). ``friction = 1`` is SGLD with step size :math:`\eta`.
+        0.01-0.1). ``friction = 1`` is SGLD with step size :math:`\eta`. ``None`` (default):
+        0.05, except that the adaptive warm-up (no step size given) chooses it for models with
+        a dense preconditioner (at most
+        :data:`~pyro_sgmcmc.engine.dense.DENSE_LIMIT` coordinates): near critical damping of the
+        softest directions, larger where the gradient noise binds the step
+        (:mod:`pyro_sgmcmc.engine.dense`).
     gradient_noise:
         :math:`\hat\beta \ge 0` as a float (``0``, the default, ignores the gradient noise), or
         ``"estimate"`` for an element-wise running estimate :math:`\hat\beta = \eta \hat V/2`.
@@ -64,7 +72,7 @@ class SGHMC(StochasticGradientKernel):
         model,
         step_size=None,
         *,
-        friction: float = 0.05,
+        friction: float | None = None,
         gradient_noise: float | Literal["estimate"] = 0.0,
         gradient_noise_decay: float = 0.99,
         resample_momentum_every: int | None = None,
@@ -72,10 +80,11 @@ class SGHMC(StochasticGradientKernel):
         **kwargs,
     ) -> None:
         options = SGHMCOptions(
-            friction,
+            DEFAULT_FRICTION if friction is None else friction,
             gradient_noise,
             gradient_noise_decay,
             resample_momentum_every,
             momentum_persistence,
+            adapt_friction=friction is None,
         )
         super().__init__(model, step_size, options=options, **kwargs)

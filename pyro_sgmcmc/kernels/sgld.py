@@ -37,7 +37,13 @@ class SGLD(StochasticGradientKernel):
     subsample_plate:
         Name of the data plate.
     num_steps_per_sample:
-        Gradient steps per kept draw (the thinning), ``>= 1``.
+        Gradient steps per kept draw (the thinning), ``>= 1``. ``None`` (default): with no
+        step size given, each chain's warm-up measures its integrated autocorrelation time and
+        keeps one draw per autocorrelation time (at most
+        :data:`~pyro_sgmcmc.engine.thinning.MAX_THINNING` steps), so that a kept draw is worth
+        about one effective draw, and a warm-up draw is as many steps as make the warm-up at
+        least :data:`~pyro_sgmcmc.engine.thinning.MIN_WARMUP_STEPS` gradient steps
+        (:mod:`pyro_sgmcmc.engine.thinning`); with a step size given, 1.
     temperature:
         :math:`T > 0`.
     init_strategy:
@@ -74,7 +80,11 @@ class SGLD(StochasticGradientKernel):
         (Baker et al. 2019; :class:`~pyro_sgmcmc.engine.estimators.ControlVariateGradient`), for
         tall data: ``True`` finds the centre (a mode of the full-data potential) by L-BFGS from
         chain 0's start at set-up; a mapping gives the centre's constrained value per sampled
-        site; ``False`` (default) keeps the plain minibatch gradient.
+        site; ``False`` keeps the plain minibatch gradient. ``"auto"`` (default): with no step
+        size given, minibatches and no Gibbs blocks, the warm-up centres each chain at its mean
+        position over an adaptation window, measures the gradient noise of both estimators and
+        keeps the control variate for the chains where it lets the steps grow at least twice
+        (:class:`~pyro_sgmcmc.engine.estimators.AutoControlVariate`); otherwise ``False``.
     centre_iterations:
         Maximum L-BFGS iterations for the centre, ``>= 1``.
     chunk_size:
@@ -85,8 +95,13 @@ class SGLD(StochasticGradientKernel):
         arguments to slice to each minibatch; default: every tensor argument whose leading size
         is :math:`N`. See the model contract.
     compile:
-        Compile the potential with ``torch.compile`` (its first evaluation, at set-up,
-        compiles it).
+        Compile the potential's recorded graph with TorchInductor (generated C++ kernels; a
+        few seconds per distinct shape of evaluation, the first time in a process up to about
+        twenty). A small model's step then costs tens of microseconds instead of about a
+        millisecond: worth it for runs of tens of thousands of steps. A model with a
+        closed-form gradient (:class:`~pyro_sgmcmc.nn.BayesianMLP`) has it compiled with
+        ``torch.compile``; a model that cannot be recorded (:mod:`pyro_sgmcmc.graph_capture`)
+        stays eager.
     data_parallel:
         Evaluate every minibatch across the ranks of ``torch.distributed``'s process group (one
         chain, many workers; launch with ``torchrun`` and call

@@ -85,6 +85,10 @@ class LeNet5(PyroModule):
     torch.Size([3, 10])
     """
 
+    #: Hidden units can be permuted: convergence is judged on the outputs
+    #: (:mod:`pyro_sgmcmc.diagnostics`).
+    function_space = True
+
     def __init__(
         self,
         prior_scale: float = 1.0,

@@ -196,6 +196,8 @@ class BayesianMLP(PyroModule):
         self.in_features = in_features
         self.hidden_features = tuple(hidden)
         self.out_features = out_features
+        # hidden units can be permuted: judge convergence on the outputs (pyro_sgmcmc.diagnostics)
+        self.function_space = bool(hidden)
         self.activation = activation_fn
 
         sizes = [in_features, *hidden, out_features * self.head.outputs_per_response]

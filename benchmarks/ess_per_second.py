@@ -1,0 +1,398 @@
+"""Effective draws per second with the defaults: our kernels against Pyro's and NumPyro's NUTS.
+
+Four problems, each sampled by every method in the same run, with 4 chains:
+
+(i)   Pyro's tutorial Bayesian regression (``PyroModule[nn.Linear]``, ``PyroSample`` priors,
+      ``sigma ~ Uniform(0, 10)``) on 500 rows shaped like the tutorial's ruggedness data
+      (an intercept near 9, uncentred inputs: posterior correlations up to 0.8); the SG-MCMC
+      kernels exactly as a NUTS user calls them, ``MCMC(KERNEL(model, batch_size=50),
+      num_samples=1000, warmup_steps=200, num_chains=4)``, and stacked with ``run_chains``;
+(ii)  logistic regression, N = 100,000 rows, 20 features (batch 1000);
+(iii) hierarchical varying intercepts, J = 8 groups, N = 2,000 rows (batch 100);
+(iv)  the sinusoid network of ``pyro-sgmcmc compare`` (a BayesianMLP 1-10-10-1, tanh).
+
+Score: the smallest bulk ESS over every parameter (over the network's outputs at the test
+inputs for (iv), whose weights are not identified) divided by the wall time, set-up and
+compilation included (JAX's for NumPyro). Each row also says whether the run passes its
+verdict (R-hat and ESS bounds of :mod:`pyro_sgmcmc.diagnostics`), and for (i) the largest
+distance of a posterior mean from a long NUTS run in Monte Carlo standard errors and the
+largest relative error of a posterior sd.
+
+NumPyro is optional (``pip install numpyro``): without it its rows are skipped. Pyro runs its
+chains one after the other on a machine with fewer than five cores, and so does NumPyro here
+(``chain_method="sequential"``), as do our kernels under ``MCMC``.
+
+Run: ``python benchmarks/ess_per_second.py [--problems i ii iii iv] [--quick]``; prints a table
+and writes ``benchmarks/results/ess_per_second.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+import warnings
+
+import arviz as az
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import torch
+from _common import load_average, print_table, write_json
+from pyro.infer import MCMC, NUTS
+from pyro.nn import PyroModule, PyroSample
+from torch import nn
+
+import pyro_sgmcmc
+from pyro_sgmcmc.diagnostics import judge
+
+CHAINS = 4
+KERNELS = {"SGLD": pyro_sgmcmc.SGLD, "SGHMC": pyro_sgmcmc.SGHMC, "pSGLD": pyro_sgmcmc.PSGLD}
+
+
+# ------------------------------------------------------------------------------- problems
+class TutorialRegression(PyroModule):
+    """Pyro's "Bayesian regression" tutorial model."""
+
+    def __init__(self, in_features: int) -> None:
+        super().__init__()
+        self.linear = PyroModule[nn.Linear](in_features, 1)
+        self.linear.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, in_features]).to_event(2))
+        self.linear.bias = PyroSample(dist.Normal(0.0, 10.0).expand([1]).to_event(1))
+
+    def forward(self, x, y=None):
+        sigma = pyro.sample("sigma", dist.Uniform(0.0, 10.0))
+        mean = self.linear(x).squeeze(-1)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(mean, sigma), obs=y)
+        return mean
+
+
+def rugged_like(n: int = 500, seed: int = 0):
+    """Rows shaped like the tutorial's: continent indicator, ruggedness, their product."""
+    generator = torch.Generator().manual_seed(seed)
+    africa = (torch.rand(n, generator=generator) < 0.3).float()
+    rugged = torch._standard_gamma(torch.full((n,), 1.5), generator=generator) / 1.2
+    x = torch.stack([africa, rugged, africa * rugged], 1)
+    noise = 0.9 * torch.randn(n, generator=generator)
+    y = 9.2 - 1.9 * africa - 0.2 * rugged + 0.4 * africa * rugged + noise
+    return x, y
+
+
+def logistic_model(x, y=None):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+    b = pyro.sample("b", dist.Normal(0.0, 5.0))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Bernoulli(logits=x @ w + b), obs=y)
+
+
+def logistic_data(n: int = 100_000, d: int = 20, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=generator)
+    w = torch.randn(d, generator=generator) * 0.5
+    y = (torch.rand(n, generator=generator) < torch.sigmoid(x @ w - 0.3)).float()
+    return x, y
+
+
+def varying_intercepts(group, x, num_groups, y=None):
+    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = pyro.sample("tau", dist.HalfNormal(2.0))
+    beta = pyro.sample("beta", dist.Normal(0.0, 1.0))
+    sigma = pyro.sample("sigma", dist.HalfNormal(2.0))
+    with pyro.plate("groups", num_groups):
+        alpha = pyro.sample("alpha", dist.Normal(mu, tau))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(alpha[group] + beta * x, sigma), obs=y)
+
+
+def hierarchical_data(num_groups: int = 8, n: int = 2000, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    group = torch.randint(0, num_groups, (n,), generator=generator)
+    alpha = 1.0 + 0.7 * torch.randn(num_groups, generator=generator)
+    x = torch.randn(n, generator=generator)
+    y = alpha[group] + 0.5 * x + torch.randn(n, generator=generator)
+    return group, x, num_groups, y
+
+
+# ------------------------------------------------------------------------------- NumPyro twins
+def numpyro_problems() -> dict:
+    """The same models in NumPyro (``None`` where NumPyro is not installed)."""
+    try:
+        import jax.numpy as jnp
+        import numpyro
+        import numpyro.distributions as ndist
+    except ImportError:
+        return {}
+
+    def regression(x, y):
+        w = numpyro.sample("linear.weight", ndist.Normal(0.0, 1.0).expand([1, x.shape[1]]))
+        b = numpyro.sample("linear.bias", ndist.Normal(0.0, 10.0).expand([1]))
+        sigma = numpyro.sample("sigma", ndist.Uniform(0.0, 10.0))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("obs", ndist.Normal(x @ w[0] + b[0], sigma), obs=y)
+
+    def logistic(x, y):
+        w = numpyro.sample("w", ndist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+        b = numpyro.sample("b", ndist.Normal(0.0, 5.0))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("obs", ndist.Bernoulli(logits=x @ w + b), obs=y)
+
+    def hierarchical(group, x, num_groups, y):
+        mu = numpyro.sample("mu", ndist.Normal(0.0, 5.0))
+        tau = numpyro.sample("tau", ndist.HalfNormal(2.0))
+        beta = numpyro.sample("beta", ndist.Normal(0.0, 1.0))
+        sigma = numpyro.sample("sigma", ndist.HalfNormal(2.0))
+        with numpyro.plate("groups", num_groups):
+            alpha = numpyro.sample("alpha", ndist.Normal(mu, tau))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("obs", ndist.Normal(alpha[group] + beta * x, sigma), obs=y)
+
+    def convert(args):
+        return tuple(jnp.asarray(a.numpy()) if isinstance(a, torch.Tensor) else a for a in args)
+
+    return {"i": regression, "ii": logistic, "iii": hierarchical, "convert": convert}
+
+
+# ------------------------------------------------------------------------------- scoring
+def score(samples: dict[str, np.ndarray], seconds: float, network: bool = False) -> dict:
+    """Minimum bulk ESS, ESS per second and the verdict of ``(chain, draw, ...)`` draws."""
+    dataset = az.from_dict(posterior=samples).posterior
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bulk = min(float(np.nanmin(v.values)) for v in az.ess(dataset).data_vars.values())
+        tail = min(
+            float(np.nanmin(v.values)) for v in az.ess(dataset, method="tail").data_vars.values()
+        )
+        rhat = max(float(np.nanmax(v.values)) for v in az.rhat(dataset).data_vars.values())
+    verdict = judge(rhat, bulk, tail, CHAINS, function_space=network)
+    return {
+        "seconds": round(seconds, 1),
+        "max_rhat": round(rhat, 3),
+        "min_ess_bulk": round(bulk),
+        "min_ess_tail": round(tail),
+        "ess_per_second": round(bulk / seconds, 2),
+        "verdict": "converged"
+        if verdict.converged
+        else str(verdict).replace("not converged: ", "no: "),
+    }
+
+
+def grouped(samples: dict[str, torch.Tensor], chains: int = CHAINS) -> dict[str, np.ndarray]:
+    return {
+        name: value.reshape(chains, -1, *value.shape[1:]).double().numpy()
+        for name, value in samples.items()
+    }
+
+
+def run_pyro_nuts(model, args, num_samples, warmup) -> tuple[dict, float]:
+    pyro.set_rng_seed(0)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc = MCMC(NUTS(model), num_samples=num_samples, warmup_steps=warmup,
+                    num_chains=CHAINS, disable_progbar=True)  # fmt: skip
+        mcmc.run(*args)
+    seconds = time.perf_counter() - start
+    return {
+        k: v.double().numpy() for k, v in mcmc.get_samples(group_by_chain=True).items()
+    }, seconds
+
+
+def run_numpyro_nuts(model, args, num_samples, warmup) -> tuple[dict, float]:
+    import jax
+    from numpyro.infer import MCMC as NMCMC
+    from numpyro.infer import NUTS as NNUTS
+
+    start = time.perf_counter()
+    mcmc = NMCMC(NNUTS(model), num_warmup=warmup, num_samples=num_samples, num_chains=CHAINS,
+                 chain_method="sequential", progress_bar=False)  # fmt: skip
+    mcmc.run(jax.random.PRNGKey(0), *args)
+    samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    return samples, time.perf_counter() - start
+
+
+def run_ours_mcmc(kernel, args, num_samples, warmup) -> tuple[dict, float]:
+    pyro.set_rng_seed(0)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, num_chains=CHAINS,
+                    disable_progbar=True)  # fmt: skip
+        mcmc.run(*args)
+    seconds = time.perf_counter() - start
+    return {
+        k: v.double().numpy() for k, v in mcmc.get_samples(group_by_chain=True).items()
+    }, seconds
+
+
+def run_ours_chains(kernel, args, num_samples, warmup) -> tuple[object, float]:
+    pyro.set_rng_seed(0)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = pyro_sgmcmc.run_chains(kernel, *args, num_chains=CHAINS, num_samples=num_samples,
+                                        warmup_steps=warmup)  # fmt: skip
+    return result, time.perf_counter() - start
+
+
+# ------------------------------------------------------------------------------- the problems
+def problem_i(quick: bool, numpyro: dict, reference: dict | None) -> list[dict]:
+    x, y = rugged_like()
+    num_samples, warmup = (200, 100) if quick else (1000, 200)
+    rows = []
+    nuts, seconds = run_pyro_nuts(TutorialRegression(3), (x, y), num_samples, warmup)
+    rows.append({"method": "Pyro NUTS", **score(nuts, seconds), **_accuracy(nuts, reference)})
+    if numpyro:
+        args = numpyro["convert"]((x, y))
+        samples, seconds = run_numpyro_nuts(numpyro["i"], args, num_samples, warmup)
+        rows.append({"method": "NumPyro NUTS", **score(samples, seconds),
+                     **_accuracy(samples, reference)})  # fmt: skip
+    for name, kernel_class in KERNELS.items():
+        samples, seconds = run_ours_mcmc(kernel_class(TutorialRegression(3), batch_size=50),
+                                         (x, y), num_samples, warmup)  # fmt: skip
+        rows.append({"method": f"{name} (MCMC)", **score(samples, seconds),
+                     **_accuracy(samples, reference)})  # fmt: skip
+    result, seconds = run_ours_chains(pyro_sgmcmc.SGHMC(TutorialRegression(3), batch_size=50),
+                                      (x, y), num_samples, warmup)  # fmt: skip
+    samples = {k: v.double().numpy() for k, v in result.samples.items()}
+    rows.append({"method": "SGHMC (run_chains)", **score(samples, seconds),
+                 **_accuracy(samples, reference)})  # fmt: skip
+    return rows
+
+
+def reference_i(quick: bool) -> dict:
+    """Posterior means and sds of (i) from a long Pyro NUTS run (4 x 4000 draws)."""
+    x, y = rugged_like()
+    samples, _ = run_pyro_nuts(TutorialRegression(3), (x, y), 1000 if quick else 4000, 500)
+    return {
+        name: (
+            value.reshape(-1, *value.shape[2:]).mean(0),
+            value.reshape(-1, *value.shape[2:]).std(0),
+        )
+        for name, value in samples.items()
+    }
+
+
+def _accuracy(samples: dict, reference: dict | None) -> dict:
+    """Largest |mean - reference| in MCSE and largest relative sd error."""
+    if reference is None:
+        return {}
+    dataset = az.from_dict(posterior=samples).posterior
+    mcse = az.mcse(dataset)
+    worst_z, worst_sd = 0.0, 0.0
+    for name, (mean, sd) in reference.items():
+        key = name if name in samples else None
+        if key is None:
+            continue
+        value = samples[key].reshape(-1, *samples[key].shape[2:])
+        error = np.abs(value.mean(0) - mean) / np.maximum(mcse[key].values, 1e-12)
+        worst_z = max(worst_z, float(np.max(error)))
+        worst_sd = max(worst_sd, float(np.max(np.abs(value.std(0) / sd - 1.0))))
+    return {"mean_err_mcse": round(worst_z, 1), "sd_rel_err": round(worst_sd, 3)}
+
+
+def problem_ii(quick: bool, numpyro: dict) -> list[dict]:
+    x, y = logistic_data(20_000 if quick else 100_000)
+    num_samples, warmup = (100, 100) if quick else (500, 200)
+    rows = []
+    nuts, seconds = run_pyro_nuts(logistic_model, (x, y), num_samples, warmup)
+    rows.append({"method": "Pyro NUTS", **score(nuts, seconds)})
+    if numpyro:
+        samples, seconds = run_numpyro_nuts(numpyro["ii"], numpyro["convert"]((x, y)),
+                                            num_samples, warmup)  # fmt: skip
+        rows.append({"method": "NumPyro NUTS", **score(samples, seconds)})
+    for name, kernel_class in KERNELS.items():
+        result, seconds = run_ours_chains(kernel_class(logistic_model, batch_size=1000), (x, y),
+                                          num_samples, warmup)  # fmt: skip
+        samples = {k: v.double().numpy() for k, v in result.samples.items()}
+        rows.append({"method": f"{name} (run_chains)", **score(samples, seconds)})
+    return rows
+
+
+def problem_iii(quick: bool, numpyro: dict) -> list[dict]:
+    args = hierarchical_data()
+    num_samples, warmup = (200, 100) if quick else (1000, 200)
+    rows = []
+    nuts, seconds = run_pyro_nuts(varying_intercepts, args, num_samples, warmup)
+    rows.append({"method": "Pyro NUTS", **score(nuts, seconds)})
+    if numpyro:
+        samples, seconds = run_numpyro_nuts(numpyro["iii"], numpyro["convert"](args),
+                                            num_samples, warmup)  # fmt: skip
+        rows.append({"method": "NumPyro NUTS", **score(samples, seconds)})
+    for name, kernel_class in KERNELS.items():
+        result, seconds = run_ours_chains(kernel_class(varying_intercepts, batch_size=100), args,
+                                          num_samples, warmup)  # fmt: skip
+        samples = {k: v.double().numpy() for k, v in result.samples.items()}
+        rows.append({"method": f"{name} (run_chains)", **score(samples, seconds)})
+    return rows
+
+
+def problem_iv(quick: bool) -> list[dict]:
+    from pyro_sgmcmc.compare import CompareConfig, build_model, load_data
+
+    config = CompareConfig(out=None, figures=False, progress=False)
+    data = load_data(config)
+    num_samples, warmup = (100, 100) if quick else (500, 200)
+    rows = []
+
+    def outputs(model, samples):
+        """The network's outputs at the test inputs, ``(chain, draw, rows)``."""
+        draws = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in samples.items()}
+        flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in draws.items()}
+        values = model.functional_forward(flat, data.x_test)
+        return {"output": values.reshape(CHAINS, -1, *values.shape[1:]).double().numpy()}
+
+    model = build_model(config, data)
+    nuts, seconds = run_pyro_nuts(model, (data.x_train, data.y_train), num_samples, warmup)
+    rows.append({"method": "Pyro NUTS", **score(outputs(model, nuts), seconds, network=True)})
+    for name, kernel_class in KERNELS.items():
+        model = build_model(config, data)
+        args = (data.x_train, data.y_train)
+        kernel = kernel_class(model, batch_size=32)
+        result, seconds = run_ours_chains(kernel, args, num_samples, warmup)
+        samples = {k: v.double().numpy() for k, v in result.samples.items()}
+        rows.append({"method": f"{name} (run_chains)",
+                     **score(outputs(model, samples), seconds, network=True)})  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", nargs="+", default=["i", "ii", "iii", "iv"])
+    parser.add_argument("--quick", action="store_true", help="fewer draws and rows (a smoke run)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    numpyro = numpyro_problems()
+    if not numpyro:
+        print("NumPyro not installed (pip install numpyro): its rows are skipped")
+    load_before = load_average()
+    table: list[dict] = []
+    for problem in args.problems:
+        start = time.perf_counter()
+        if problem == "i":
+            rows = problem_i(args.quick, numpyro, reference_i(args.quick))
+        elif problem == "ii":
+            rows = problem_ii(args.quick, numpyro)
+        elif problem == "iii":
+            rows = problem_iii(args.quick, numpyro)
+        else:
+            rows = problem_iv(args.quick)
+        nuts = next(row for row in rows if row["method"] == "Pyro NUTS")["ess_per_second"]
+        for row in rows:
+            row["problem"] = problem
+            row["vs_pyro_nuts"] = round(row["ess_per_second"] / nuts, 2) if nuts else math.nan
+        table += rows
+        print(f"problem ({problem}) done in {time.perf_counter() - start:.0f} s", flush=True)
+    columns = ["problem", "method", "seconds", "max_rhat", "min_ess_bulk", "min_ess_tail",
+               "ess_per_second", "vs_pyro_nuts", "mean_err_mcse", "sd_rel_err",
+               "verdict"]  # fmt: skip
+    print_table(table, columns)
+    path = write_json("ess_per_second", {
+        "quick": args.quick, "load_before": load_before, "load_after": load_average(),
+        "rows": table,
+    })  # fmt: skip
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

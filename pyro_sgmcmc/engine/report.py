@@ -1,0 +1,67 @@
+r"""What the warm-up chose for each chain, as the kernels' ``diagnostics()`` and the exported
+``sample_stats`` attributes report it.
+
+* ``control_variate``: whether the chain samples with the control-variate gradient;
+* ``num_steps_per_sample``: the chain's thinning (gradient steps per kept draw);
+* ``autocorrelation_time``: the integrated autocorrelation time the warm-up measured, in gradient
+  steps (``nan`` when the thinning was given);
+* ``coordinate_step``: per site, the smallest, median and largest step :math:`e_i = h P_i` of its
+  coordinates, the step that multiplies the full-data gradient of each coordinate (the
+  ``step_size`` statistic is :math:`h` alone).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import ChainEngine
+
+__all__ = ["coordinate_steps", "sampling_report"]
+
+
+def coordinate_steps(engine: ChainEngine) -> torch.Tensor:
+    """``(C, D)``: the step :math:`h P_i` of every coordinate at the engine's last step."""
+    step = engine.control.step_size(max(engine.t - 1, 0))
+    unit = engine.control.unit_step(engine)
+    position = engine.position
+    step = torch.as_tensor(step, dtype=position.dtype, device=position.device)
+    if unit is None:
+        return (
+            step.reshape(-1, 1).expand(position.shape)
+            if step.dim()
+            else step.expand(position.shape)
+        )
+    return step * unit
+
+
+def sampling_report(engine: ChainEngine, chain: int) -> dict[str, Any]:
+    """The report of the module docstring for chain ``chain`` of ``engine``."""
+    thinning = engine.thinning
+    meter = engine.thinning_meter
+    times = None if meter is None else meter.autocorrelation_time
+    steps = coordinate_steps(engine)[chain].detach().double().cpu()
+    per_site = {}
+    for name, part in zip(engine.layout.names, steps.split(engine.layout.sizes), strict=True):
+        per_site[name] = {
+            "min": float(part.min()),
+            "median": float(part.median()),
+            "max": float(part.max()),
+        }
+    estimator = engine.estimator
+    active = getattr(estimator, "active", None)
+    if active is not None:
+        control_variate = bool(active[chain])
+    else:
+        control_variate = getattr(estimator, "centre", None) is not None and not hasattr(
+            estimator, "active"
+        )
+    return {
+        "control_variate": control_variate,
+        "num_steps_per_sample": None if thinning is None else int(thinning[chain]),
+        "autocorrelation_time": math.nan if times is None else float(times[chain]),
+        "coordinate_step": per_site,
+    }

@@ -1,0 +1,254 @@
+r"""Thinning chosen by the warm-up, and the per-chain cadence of kept draws.
+
+A kernel given no ``num_steps_per_sample`` keeps one draw every :math:`k_c` gradient steps of
+chain :math:`c`, with :math:`k_c` the chain's integrated autocorrelation time measured over the
+last quarter of its warm-up (:class:`ThinningMeter`):
+
+.. math::
+
+    \tau = 1 + 2 \sum_{l \ge 1} \rho_l, \qquad k = \lceil \tau \rceil,
+
+estimated with Geyer's initial monotone sequence (``pyro.ops.stats.effective_sample_size`` on
+the one chain), so that one kept draw is worth about one effective draw: for an AR(1) series,
+thinning by :math:`\tau` leaves a lag-one correlation of :math:`e^{-2}` between kept draws and
+:math:`(1 - e^{-2}) / (1 + e^{-2}) \approx 0.76` effective draws per draw. The measured series
+are, per chain, a few random projections of the position in units of the posterior standard
+deviations the warm-up measured, and their centred squares (the mean and the spread of the
+draws); for a network, whose weights are not identified (hidden units can be permuted), the
+potential on a fixed set of rows instead, a function-space quantity. R's ``posterior`` package
+thins the same way, by :math:`S / \min(\text{ESS}_\text{bulk}, \text{ESS}_\text{tail})`.
+
+Budget: :math:`1 \le k \le` :data:`MAX_THINNING`, and the warm-up takes at least
+:data:`MIN_WARMUP_STEPS` gradient steps (``warmup_steps`` draws of
+:func:`warmup_steps_per_draw` steps each), so that the measurement window holds about a
+thousand steps.
+
+Chains stacked in one engine keep their own cadence (:class:`DrawCadence`): every chain steps at
+every step, and chain :math:`c`'s state is kept at its own steps :math:`W + j k_c`, exactly the
+draws it keeps when it runs alone (``pyro.infer.MCMC`` runs one chain per engine).
+
+References
+----------
+C. J. Geyer, "Practical Markov chain Monte Carlo", Statistical Science 7(4), 1992.
+
+T. Säilynoja, P.-C. Bürkner and A. Vehtari, "Graphical test for discrete uniformity and its
+applications in goodness-of-fit evaluation and multiple sample comparison", Statistics and
+Computing 32, 2022 (the ``posterior`` package's thinning).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from pyro.ops.stats import effective_sample_size
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import ChainEngine
+
+__all__ = [
+    "MAX_THINNING",
+    "MIN_WARMUP_STEPS",
+    "DrawCadence",
+    "ThinningMeter",
+    "warmup_steps_per_draw",
+]
+
+#: The warm-up of a kernel that chooses its thinning takes at least this many gradient steps.
+MIN_WARMUP_STEPS = 4000
+#: The largest thinning a kernel chooses (gradient steps per kept draw).
+MAX_THINNING = 100
+#: The measurement covers the warm-up from this fraction on (the adaptive warm-up's last window,
+#: whose settings are those of the sampling phase) ...
+MEASURE_FROM = 0.75
+#: ... after the ramp that starts each adaptation window.
+RAMP_STEPS = 20
+#: Random projections of the position measured per chain.
+PROJECTIONS = 4
+#: A measurement shorter than this many autocorrelation times underestimates them.
+RELIABLE_LENGTH = 20
+
+
+def warmup_steps_per_draw(warmup_draws: int) -> int:
+    """Gradient steps per warm-up draw of a kernel that chooses its thinning: enough for
+    :data:`MIN_WARMUP_STEPS` in all, at least one."""
+    if warmup_draws <= 0:
+        return 1
+    return max(1, math.ceil(MIN_WARMUP_STEPS / warmup_draws))
+
+
+class ThinningMeter:
+    """Records each chain's measured series over the last quarter of warm-up and chooses its
+    thinning (see the module docstring).
+
+    Parameters
+    ----------
+    warmup_steps:
+        Gradient steps of warm-up.
+    function_space:
+        Measure the potential on fixed rows (networks) instead of projections of the position.
+    """
+
+    def __init__(self, warmup_steps: int, function_space: bool) -> None:
+        self.start = int(MEASURE_FROM * warmup_steps) + RAMP_STEPS
+        if self.start >= warmup_steps:
+            self.start = int(MEASURE_FROM * warmup_steps)
+        self.end = warmup_steps
+        self.function_space = function_space
+        self.series: list[torch.Tensor] = []
+        self.directions: torch.Tensor | None = None
+        self.rows: torch.Tensor | None = None
+        self.autocorrelation_time: np.ndarray | None = None
+        self.thinning: list[int] | None = None
+
+    def observe(self, engine: ChainEngine) -> None:
+        """Record the series at the engine's new state (called after every warm-up step)."""
+        if not self.start < engine.t <= self.end:
+            return
+        if self.directions is None:
+            self._begin(engine)
+        if self.function_space:
+            value, _ = engine.estimator.potential.value_and_grad(
+                engine.position, engine.fixed, self.rows
+            )
+            self.series.append(value.detach().reshape(-1, 1).double())
+        else:
+            scaled = engine.position / self.scale
+            self.series.append(torch.einsum("cd,cdk->ck", scaled, self.directions).double())
+
+    def _begin(self, engine: ChainEngine) -> None:
+        position = engine.position
+        signs = torch.stack([engine.rademacher() for _ in range(PROJECTIONS)], -1)
+        self.directions = signs / math.sqrt(position.shape[1])
+        scale = engine.control.posterior_scale()
+        self.scale = torch.ones_like(position) if scale is None else scale
+        if self.function_space and not engine.batches.full_batch:
+            self.rows = engine.batches.independent()
+
+    def choose(self, step_change: torch.Tensor | None) -> list[int]:
+        r"""Per chain, :math:`k_c = \lceil \tau_c \cdot r_c \rceil` within the budget, where
+        :math:`r_c \ge 1` is how much the step shrank after the measurement (``None``: it did
+        not): the autocorrelation time grows as the step shrinks, in proportion for Langevin
+        dynamics."""
+        if len(self.series) < 4:
+            self.autocorrelation_time = None
+            self.thinning = [1] * (1 if step_change is None else step_change.shape[0])
+            return self.thinning
+        series = torch.stack(self.series).cpu()  # (n, C, K)
+        if not self.function_space:  # the spread as well as the mean
+            series = torch.cat([series, (series - series.mean(0)).square()], -1)
+        length, num_chains = series.shape[0], series.shape[1]
+        times = np.ones(num_chains)
+        for c in range(num_chains):
+            ess = effective_sample_size(series[:, c].unsqueeze(0), chain_dim=0, sample_dim=1)
+            ess = ess[torch.isfinite(ess) & (ess > 0)]
+            if ess.numel():
+                times[c] = max(1.0, float(length / ess.min()))
+        self.autocorrelation_time = times
+        change = np.ones(num_chains)
+        if step_change is not None:
+            change = np.maximum(step_change.detach().reshape(-1).double().cpu().numpy(), 1.0)
+        self.thinning = [
+            int(min(MAX_THINNING, max(1, math.ceil(t * r))))
+            for t, r in zip(times, change, strict=True)
+        ]
+        self.series = []
+        return self.thinning
+
+    def reliable(self) -> list[bool]:
+        """Per chain, whether the measurement spanned :data:`RELIABLE_LENGTH` autocorrelation
+        times (a shorter one underestimates them)."""
+        if self.autocorrelation_time is None:
+            return []
+        length = self.end - self.start
+        return [bool(length >= RELIABLE_LENGTH * t) for t in self.autocorrelation_time]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "series": list(self.series),
+            "directions": self.directions,
+            "scale": getattr(self, "scale", None),
+            "rows": self.rows,
+            "autocorrelation_time": None
+            if self.autocorrelation_time is None
+            else torch.from_numpy(self.autocorrelation_time),
+            "thinning": self.thinning,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.series = list(state["series"])
+        self.directions, self.rows = state["directions"], state["rows"]
+        if state["scale"] is not None:
+            self.scale = state["scale"]
+        times = state["autocorrelation_time"]
+        self.autocorrelation_time = None if times is None else times.numpy()
+        self.thinning = None if state["thinning"] is None else list(state["thinning"])
+
+
+class DrawCadence:
+    """Chain :math:`c` keeps its state every :math:`k_c` gradient steps of a sampling phase.
+
+    The engine steps every chain at every step; a chain that reaches a kept state before the
+    others queues it, so each chain's kept draws are those it keeps when run alone.
+
+    Parameters
+    ----------
+    thinning:
+        :math:`k_c` per chain.
+    """
+
+    def __init__(self, thinning: Sequence[int]) -> None:
+        self.thinning = [int(k) for k in thinning]
+        num_chains = len(self.thinning)
+        self.since = [0] * num_chains
+        self.diverged = [False] * num_chains
+        self.queues: list[deque[dict[str, Any]]] = [deque() for _ in range(num_chains)]
+
+    @property
+    def ready(self) -> bool:
+        """Whether every chain has a kept state waiting."""
+        return all(self.queues)
+
+    def after_step(self, engine: ChainEngine, sampling: bool) -> None:
+        """Count the step; queue the state of the chains whose draw it completes."""
+        diverged = engine.monitor.draw_diverged.tolist()
+        engine.monitor.start_draw()
+        step_size = None
+        for c, k in enumerate(self.thinning):
+            self.since[c] += 1
+            self.diverged[c] = self.diverged[c] or diverged[c]
+            if self.since[c] < k or not sampling:
+                continue
+            if step_size is None:
+                step_size = engine.control.reported_step_size(engine.t - 1, engine.num_chains)
+            self.queues[c].append(
+                {
+                    "flat": engine.position[c],
+                    "fixed": {name: value[c] for name, value in engine.fixed.items()},
+                    "value": engine.value[c],
+                    "step_size": float(step_size[c]),
+                    "diverged": self.diverged[c],
+                }
+            )
+            self.since[c], self.diverged[c] = 0, False
+
+    def pop(self) -> list[dict[str, Any]]:
+        """The oldest kept state of every chain."""
+        return [queue.popleft() for queue in self.queues]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "thinning": list(self.thinning),
+            "since": list(self.since),
+            "diverged": list(self.diverged),
+            "queues": [list(queue) for queue in self.queues],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.thinning = list(state["thinning"])
+        self.since, self.diverged = list(state["since"]), list(state["diverged"])
+        self.queues = [deque(queue) for queue in state["queues"]]

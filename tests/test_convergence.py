@@ -1,0 +1,217 @@
+"""Converged by default: the chosen thinning, the verdict every run carries, and runs that go on
+until they have converged.
+
+Statistical checks use the conjugate regression of ``stats_helpers`` (exact posterior); the
+bounds of the verdict are Vehtari et al. (2021)'s, in :mod:`pyro_sgmcmc.diagnostics`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import MCMC
+from stats_helpers import (
+    assert_mean_close,
+    effective_sample_size,
+)
+
+from pyro_sgmcmc import SGHMC, SGLD, BayesianMLP, run_chains, to_inference_data
+from pyro_sgmcmc.diagnostics import (
+    ESS_PER_CHAIN,
+    FUNCTION_RHAT_BOUND,
+    RHAT_BOUND,
+    convergence_report,
+    judge,
+)
+from pyro_sgmcmc.engine.thinning import MAX_THINNING, MIN_WARMUP_STEPS, warmup_steps_per_draw
+from pyro_sgmcmc.errors import SamplerWarning
+from pyro_sgmcmc.function_space import run_verdict
+
+
+def normal_mean(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+
+
+@pytest.fixture(scope="module")
+def y():
+    return 3.0 + torch.randn(200, generator=torch.Generator().manual_seed(1))
+
+
+# ------------------------------------------------------------------------------- the verdict
+def test_judge_names_the_statistic_furthest_from_its_bound():
+    assert judge(1.005, 900.0, 850.0, 4).converged
+    verdict = judge(1.05, 900.0, 850.0, 4)
+    assert not verdict.converged and verdict.statistic == "R-hat"
+    assert verdict.longer == pytest.approx(0.05 / (RHAT_BOUND - 1.0))
+    assert str(verdict) == "not converged: R-hat 1.050 > 1.01; run about 5 times longer"
+    verdict = judge(1.001, 120.0, 300.0, 4)  # 100 per chain: 400 in all
+    assert verdict.statistic == "bulk ESS" and verdict.longer == pytest.approx(400 / 120)
+    assert str(verdict).endswith("bulk ESS 120 < 400; run about 4 times longer")
+    # a network is judged on its outputs, with the looser R-hat bound
+    assert judge(1.03, 900.0, 900.0, 4, function_space=True).converged
+    assert "R-hat of f(x) 1.080 > 1.05" in str(judge(1.08, 900.0, 900.0, 4, function_space=True))
+    assert FUNCTION_RHAT_BOUND > RHAT_BOUND
+    # one chain: no R-hat, the ESS alone; a total ESS asked for counts when it is larger
+    assert judge(math.nan, 150.0, 150.0, 1).converged
+    assert not judge(math.nan, 150.0, 150.0, 1, min_ess=400).converged
+    assert "too few to judge" in str(judge(math.nan, math.nan, math.nan, 2, num_draws=3))
+
+
+def test_a_short_run_warns_and_a_long_one_converges(y):
+    kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=1, seed=0)
+    with pytest.warns(SamplerWarning, match=r"run_chains: 20 draws per chain, not converged: .*"
+                      r"run about \d+ times longer"):  # fmt: skip
+        short = run_chains(kernel, y, num_chains=2, num_samples=20, warmup_steps=100)
+    assert not short.verdict.converged
+    assert short.attrs["verdict"].startswith("not converged")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SamplerWarning)
+        long = run_chains(SGLD(normal_mean, batch_size=20, seed=0), y, num_chains=2,
+                          num_samples=200, warmup_steps=50)  # fmt: skip
+    assert long.verdict.converged
+    report = convergence_report(long.to_inference_data())
+    assert report.converged and report.verdict.basis == "parameters"
+    assert "converged" in str(report)
+
+
+# ------------------------------------------------------------------------------- the thinning
+def test_the_warmup_chooses_each_chains_thinning_and_reports_it(y):
+    assert warmup_steps_per_draw(50) * 50 >= MIN_WARMUP_STEPS
+    result = run_chains(SGHMC(normal_mean, batch_size=20, seed=0), y, num_chains=2,
+                        num_samples=200, warmup_steps=50)  # fmt: skip
+    assert result.num_gradient_steps >= MIN_WARMUP_STEPS
+    for report in result.chain_reports:
+        assert 1 <= report["num_steps_per_sample"] <= MAX_THINNING
+        chosen = min(MAX_THINNING, math.floor(report["autocorrelation_time"]))
+        assert report["num_steps_per_sample"] >= chosen
+        assert set(report["coordinate_step"]) == {"mu"}
+        assert 0 < report["coordinate_step"]["mu"]["min"] <= report["coordinate_step"]["mu"]["max"]
+    # one kept draw is worth about one effective draw
+    draws = result.samples["mu"].double().numpy()
+    assert effective_sample_size(draws[..., None])[0] >= 0.4 * draws.size
+    posterior_mean = float(y.sum()) / (len(y) + 0.01)
+    assert_mean_close(draws[..., None], np.array([posterior_mean]), z=4.0)
+    assert result.attrs["num_steps_per_sample"] == [
+        r["num_steps_per_sample"] for r in result.chain_reports
+    ]
+
+
+def test_stacked_chains_keep_the_draws_each_chain_keeps_alone(y):
+    """Chains of one stacked run that choose different thinnings keep exactly the draws that
+    ``pyro.infer.MCMC`` keeps for each of them."""
+    kernel = SGLD(normal_mean, batch_size=20, seed=4)
+    stacked = run_chains(kernel, y, num_chains=2, num_samples=15, warmup_steps=40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc = MCMC(SGLD(normal_mean, batch_size=20, seed=4), num_samples=15, warmup_steps=40,
+                    num_chains=2, disable_progbar=True)  # fmt: skip
+        mcmc.run(y)
+    alone = mcmc.get_samples(group_by_chain=True)["mu"]
+    assert torch.equal(stacked.samples["mu"], alone)
+    thinning = mcmc.diagnostics()["num_steps_per_sample"]
+    assert [thinning["chain 0"], thinning["chain 1"]] == [
+        r["num_steps_per_sample"] for r in stacked.chain_reports
+    ]
+
+
+def test_a_given_thinning_and_a_hand_step_keep_their_settings(y):
+    given = run_chains(SGLD(normal_mean, batch_size=20, num_steps_per_sample=3, seed=0), y,
+                       num_chains=1, num_samples=5, warmup_steps=10)  # fmt: skip
+    assert given.num_gradient_steps == 3 * 15
+    assert given.chain_reports[0]["num_steps_per_sample"] == 3
+    assert math.isnan(given.chain_reports[0]["autocorrelation_time"])
+    hand = run_chains(SGLD(normal_mean, step_size=1e-3, batch_size=20, seed=0), y, num_chains=1,
+                      num_samples=5, warmup_steps=10)  # fmt: skip
+    assert hand.num_gradient_steps == 15
+
+
+# ------------------------------------------------------------------------------- until converged
+def test_target_ess_draws_until_converged_and_equals_a_fixed_length_run(y):
+    kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=2, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SamplerWarning)
+        rounds = run_chains(kernel, y, num_chains=2, num_samples=20, warmup_steps=400,
+                            target_ess=200)  # fmt: skip
+    assert rounds.verdict.converged
+    assert rounds.num_draws > 20
+    ess = effective_sample_size(rounds.samples["mu"].double().numpy()[..., None])[0]
+    assert ess >= 200
+    fixed = run_chains(SGLD(normal_mean, batch_size=20, num_steps_per_sample=2, seed=1), y,
+                       num_chains=2, num_samples=rounds.num_draws, warmup_steps=400,
+                       target_ess=None)  # fmt: skip
+    assert torch.equal(rounds.samples["mu"], fixed.samples["mu"])
+    # it stops at the first round that converges: the round before had not
+    assert rounds.judged_at[0] == 20 and rounds.judged_at[-1] == rounds.num_draws
+    shorter = {"mu": rounds.samples["mu"][:, : rounds.judged_at[-2]]}
+    assert not run_verdict(shorter, normal_mean, None, min_ess=200).converged
+
+
+def test_rounds_resume_from_a_checkpoint_bit_for_bit(y, tmp_path):
+    path = tmp_path / "rounds.ckpt"
+
+    def stop_in_the_second_round(index, draw):
+        if index == 25:
+            raise KeyboardInterrupt
+
+    def kernel():
+        return SGLD(normal_mean, batch_size=20, num_steps_per_sample=2, seed=2)
+
+    options = {"num_chains": 2, "num_samples": 20, "warmup_steps": 400, "target_ess": 200}
+    with pytest.raises(KeyboardInterrupt), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_chains(kernel(), y, checkpoint_path=path, callback=stop_in_the_second_round,
+                   **options)  # fmt: skip
+    resumed = run_chains(kernel(), y, resume_from=path, **options)
+    whole = run_chains(kernel(), y, **options)
+    assert resumed.num_draws == whole.num_draws > 26
+    assert torch.equal(resumed.samples["mu"], whole.samples["mu"])
+
+
+def test_a_spent_budget_says_so(y):
+    kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=1, seed=0)
+    with pytest.warns(SamplerWarning, match=r"not converged: .* budget of max_seconds=0\.5"):
+        result = run_chains(kernel, y, num_chains=2, num_samples=10, warmup_steps=30,
+                            target_ess=1e9, max_seconds=0.5)  # fmt: skip
+    assert not result.verdict.converged
+
+
+@pytest.mark.parametrize(("name", "value"), [("target_ess", 0), ("max_seconds", -1.0),
+                                             ("target_ess", "many")])  # fmt: skip
+def test_bad_budgets_are_refused_by_name(y, name, value):
+    with pytest.raises(ValueError, match=f"{name} must be None or a number > 0"):
+        run_chains(SGLD(normal_mean, batch_size=20, seed=0), y, **{name: value})
+
+
+# ------------------------------------------------------------------------------- MCMC and networks
+def test_mcmc_warns_at_the_end_of_an_unconverged_run(y):
+    kernel = SGLD(normal_mean, step_size=1e-5, batch_size=20, seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        MCMC(kernel, num_samples=30, warmup_steps=5, num_chains=2, disable_progbar=True).run(y)
+    verdicts = [str(w.message) for w in caught if "MCMC with SGLD" in str(w.message)]
+    assert len(verdicts) == 1, verdicts  # once, at the end of the last chain
+    assert verdicts[0].startswith("MCMC with SGLD: 2 chains x 30 draws, not converged: R-hat")
+
+
+def test_a_network_is_judged_on_its_outputs():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.linspace(-1, 1, 64).unsqueeze(-1)
+    y = torch.sin(3 * x.squeeze(-1)) + 0.1 * torch.randn(64, generator=generator)
+    model = BayesianMLP(1, [8], 1)
+    assert model.function_space and not BayesianMLP(1, [], 1).function_space
+    result = run_chains(SGHMC(model, batch_size=16, num_steps_per_sample=2, seed=0), x, y,
+                        num_chains=2, num_samples=20, warmup_steps=40, target_ess=None)  # fmt: skip
+    assert result.verdict.basis == "f(x)"
+    idata = to_inference_data(result, test=(x[:5],))
+    assert idata.posterior.attrs["function_space"] == 1
+    report = convergence_report(idata)
+    assert report.verdict.basis == "f(x)"
+    assert report.num_draws == 20 and ESS_PER_CHAIN == 100

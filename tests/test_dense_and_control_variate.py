@@ -1,0 +1,175 @@
+"""The dense preconditioner (exact one-step updates, its estimate from rank-one curvature
+probes, and the friction chosen with it) and the control variate the warm-up turns on itself."""
+
+from __future__ import annotations
+
+import math
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from stats_helpers import ConjugateLinearRegression, assert_covariance_close, regression_data
+
+from pyro_sgmcmc import SGHMC, SGLD, run_chains
+from pyro_sgmcmc.dynamics import sghmc_init, sghmc_step, sgld_init, sgld_step
+from pyro_sgmcmc.dynamics.metric import DenseMetric
+from pyro_sgmcmc.engine.build import prepare_chains
+from pyro_sgmcmc.engine.dense import (
+    RESIDUAL_CONDITION,
+    DenseAdaptation,
+    choose_friction,
+)
+from pyro_sgmcmc.engine.estimators import AutoControlVariate
+
+MATRIX = torch.tensor([[[2.0, 0.6, 0.0], [0.6, 1.0, -0.3], [0.0, -0.3, 0.5]]])
+THETA = {"z": torch.tensor([[1.0, -2.0, 0.5]])}
+GRAD = {"z": torch.tensor([[0.3, -0.1, 2.0]])}
+XI = {"z": torch.tensor([[0.7, -1.2, 0.4]])}
+
+
+def test_dense_metric_root_squares_to_the_matrix():
+    metric = DenseMetric.from_matrix(MATRIX)
+    torch.testing.assert_close(metric.root @ metric.root, MATRIX)
+    torch.testing.assert_close(metric.root, metric.root.transpose(-1, -2))
+    torch.testing.assert_close(metric.diagonal(), torch.tensor([[2.0, 1.0, 0.5]]))
+    factor = torch.tensor([[1.0, 0.5, 2.0]])
+    expected = factor.unsqueeze(-1) * MATRIX * factor.unsqueeze(-2)
+    torch.testing.assert_close(metric.scaled(factor).matrix, expected)
+
+
+def test_sgld_one_step_with_a_dense_metric_is_exact():
+    eps, temperature = 0.01, 2.0
+    metric = DenseMetric.from_matrix(MATRIX)
+    state = sgld_step(sgld_init(THETA), GRAD, eps, temperature, noise=XI,
+                      preconditioner={"z": metric})  # fmt: skip
+    drift = (MATRIX @ GRAD["z"].unsqueeze(-1)).squeeze(-1)
+    noise = (metric.root @ XI["z"].unsqueeze(-1)).squeeze(-1)
+    expected = THETA["z"] - eps * drift + math.sqrt(2 * eps * temperature) * noise
+    torch.testing.assert_close(state.position["z"], expected)
+
+
+def test_sghmc_one_step_with_a_dense_metric_and_a_friction_per_chain_is_exact():
+    eta, temperature = 0.01, 1.5
+    friction = torch.tensor([[0.3]])
+    momentum = {"z": torch.tensor([[0.2, 0.1, -0.3]])}
+    metric = DenseMetric.from_matrix(MATRIX)
+    new = sghmc_step(sghmc_init(THETA, momentum), GRAD, eta, friction, temperature, noise=XI,
+                     preconditioner={"z": metric})  # fmt: skip
+    drift = (MATRIX @ GRAD["z"].unsqueeze(-1)).squeeze(-1)
+    noise = (metric.root @ XI["z"].unsqueeze(-1)).squeeze(-1)
+    v = (1 - 0.3) * momentum["z"] - eta * drift + math.sqrt(2 * eta * 0.3 * temperature) * noise
+    torch.testing.assert_close(new.momentum["z"], v)
+    torch.testing.assert_close(new.position["z"], THETA["z"] + v)
+
+
+def test_rank_one_probes_average_to_the_hessian_and_the_metric_whitens_it():
+    """``u (delta / epsilon)^T`` with ``u = H (epsilon * delta)``: over all sign patterns the
+    average is ``H`` exactly, and ``P0^{1/2} H P0^{1/2} = I``."""
+    hessian = torch.tensor([[4.0, 1.5, 0.0], [1.5, 2.0, 0.4], [0.0, 0.4, 1.0]])
+    epsilon = torch.tensor([[0.1, 0.2, 0.05]])
+    adaptation = DenseAdaptation(torch.zeros(1, 3))
+    patterns = torch.tensor(
+        [[a, b, c] for a in (-1.0, 1.0) for b in (-1.0, 1.0) for c in (-1.0, 1.0)]
+    )
+    for sign in patterns:
+        change = (hessian @ (epsilon[0] * sign)).unsqueeze(0)
+        adaptation.add_curvature(change, (sign / epsilon[0]).unsqueeze(0))
+    probes = torch.full((1, 1), float(len(patterns)))
+    metric = adaptation.metric(probes)
+    torch.testing.assert_close(metric.matrix[0], torch.linalg.inv(hessian), rtol=1e-5, atol=1e-6)
+    whitened = metric.root[0] @ hessian @ metric.root[0]
+    torch.testing.assert_close(whitened, torch.eye(3), rtol=1e-5, atol=1e-5)
+
+
+def test_the_friction_damps_the_softest_directions_or_lets_the_noise_bound_grow():
+    quiet = choose_friction(0.1, torch.tensor([[1e-6]]), 0.1, 1.0, 0.05)
+    assert float(quiet) == pytest.approx(2 * math.sqrt(0.1 / RESIDUAL_CONDITION))
+    noisy = choose_friction(0.1, torch.tensor([[0.5]]), 0.1, 1.0, 0.05)
+    assert float(noisy) == pytest.approx(0.5)  # c_H lambda_V / (c_V T): the bounds meet
+    assert float(choose_friction(0.1, torch.tensor([[50.0]]), 0.1, 1.0, 0.05)) == 1.0
+
+
+def test_a_small_model_gets_a_dense_metric_and_an_adapted_friction():
+    x, y = regression_data(n=400, d=3)
+    kernel = SGHMC(ConjugateLinearRegression(), batch_size=50, num_steps_per_sample=2, seed=0)
+    chains = prepare_chains(kernel.settings, kernel.rule, kernel.options, kernel.model, (x, y),
+                            {}, chains=[0, 1], warmup_draws=300)  # fmt: skip
+    engine = chains.engine
+    for _ in range(301):
+        engine.draw()
+    control = engine.control
+    assert isinstance(control.preconditioner["z"], DenseMetric)
+    assert control.friction.shape == (2, 1)
+    assert bool(((control.friction >= 0.05) & (control.friction <= 1.0)).all())
+    # a friction given by the user is kept
+    fixed = SGHMC(ConjugateLinearRegression(), batch_size=50, friction=0.2, seed=0)
+    assert not fixed.options.adapt_friction and fixed.options.friction == 0.2
+
+
+def _strongly_correlated(n: int = 2000, correlation: float = 0.95, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, 2, generator=generator)
+    x = torch.stack([z[:, 0], correlation * z[:, 0] + (1 - correlation**2) ** 0.5 * z[:, 1]], 1)
+    y = x @ torch.tensor([1.0, -0.5]) + 0.5 * torch.randn(n, generator=generator)
+    return x, y
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["sgld", "sghmc"])
+def test_a_correlated_posterior_mixes_with_the_defaults(name):
+    """Issue target: posterior correlation 0.95 on minibatches, defaults only: bulk ESS at
+    least 20% of the kept draws (the dense metric undoes the correlation)."""
+    from stats_helpers import effective_sample_size
+
+    x, y = _strongly_correlated()
+    model = ConjugateLinearRegression()
+    _, cov = model.posterior(x, y)
+    kernel = (SGLD if name == "sgld" else SGHMC)(model, batch_size=100, seed=3)
+    result = run_chains(kernel, x, y, num_chains=4, num_samples=500, warmup_steps=200)
+    draws = result.samples["w"].double().numpy()
+    ess = effective_sample_size(draws)
+    assert ess.min() >= 0.2 * draws.shape[0] * draws.shape[1], ess
+    assert_covariance_close(draws, cov, z=4.0, relative_bias=0.15)
+
+
+# ------------------------------------------------------------------------------- control variate
+def mean_model(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+
+
+def test_the_control_variate_with_centres_per_chain_is_unbiased():
+    """Over the minibatches of one epoch (a partition of the rows) the control-variate gradients
+    average to the full-data gradient, whatever each chain's centre."""
+    y = torch.randn(40, generator=torch.Generator().manual_seed(0)) + 2.0
+    kernel = SGLD(mean_model, batch_size=10, seed=0)
+    chains = prepare_chains(kernel.settings, kernel.rule, kernel.options, kernel.model, (y,), {},
+                            chains=[0, 1], warmup_draws=10)  # fmt: skip
+    estimator = chains.engine.estimator
+    assert isinstance(estimator, AutoControlVariate)
+    potential = estimator.potential
+    estimator.set_centre(torch.tensor([[1.0], [3.0]]), {})
+    estimator.activate(torch.tensor([True, True]))
+    position = torch.tensor([[0.5], [2.5]])
+    rows = torch.arange(40).reshape(4, 10)
+    estimates = [estimator(position, {}, rows[k].expand(2, -1))[1] for k in range(4)]
+    _, full = potential.full_data_value_and_grad(position, {}, 1000)
+    torch.testing.assert_close(torch.stack(estimates).mean(0), full, rtol=1e-5, atol=1e-4)
+    plain, controlled = estimator.noise_pair(position, {}, rows[0].expand(2, -1),
+                                             rows[1].expand(2, -1))  # fmt: skip
+    assert float(controlled.abs().max()) < float(plain.abs().max())
+
+
+def test_the_warmup_turns_the_control_variate_on_where_it_helps():
+    """Tall data, a unimodal posterior: the control variate's noise is a small fraction of the
+    plain gradient's, and every chain uses it; with Gibbs blocks or a hand step it stays off."""
+    x, y = regression_data(n=2000, d=3)
+    result = run_chains(SGHMC(ConjugateLinearRegression(), batch_size=20, num_steps_per_sample=2,
+                              seed=0), x, y, num_chains=2, num_samples=20, warmup_steps=400,
+                        target_ess=None)  # fmt: skip
+    assert all(report["control_variate"] for report in result.chain_reports)
+    hand = run_chains(SGHMC(ConjugateLinearRegression(), step_size=1e-6, batch_size=20, seed=0),
+                      x, y, num_chains=1, num_samples=2, warmup_steps=2)  # fmt: skip
+    assert not hand.chain_reports[0]["control_variate"]
