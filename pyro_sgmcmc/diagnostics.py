@@ -216,6 +216,11 @@ class ConvergenceReport:
         """Whether the verdict is ``converged`` (the bounds of the module docstring)."""
         return self.verdict.converged
 
+    @property
+    def basis(self) -> str:
+        """What the verdict judged: ``"parameters"`` or ``"f(x)"`` (a network's outputs)."""
+        return self.verdict.basis
+
     def __str__(self) -> str:
         return format_reports([self])
 
@@ -365,6 +370,7 @@ _COLUMNS = (
     ("time [s]", "wall_time", "{:.2f}"),
     ("ESS/s", "ess_bulk_per_second", "{:.2f}"),
     ("divergences", "divergences", "{:d}"),
+    ("judged on", "basis", "{}"),
     ("verdict", "verdict", "{}"),
 )
 

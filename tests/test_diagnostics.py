@@ -152,9 +152,11 @@ def test_report_fields_table_and_validation(y, capfd):
         "time [s]",
         "ESS/s",
         "divergences",
+        "judged on",
         "verdict",
     ]
     assert frame.loc["SGLD", "verdict"] == str(report.verdict)
+    assert frame.loc["SGLD", "judged on"] == "parameters"
     assert frame.loc["SGLD", "min ESS bulk"] == pytest.approx(report.min_ess_bulk)
     assert math.isnan(frame.loc["NUTS", "max R-hat"]) and frame.loc["NUTS", "divergences"] == 3
     with pytest.raises(ValueError, match="reports"):

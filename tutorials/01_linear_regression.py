@@ -238,6 +238,18 @@ for name, (_, _, seconds) in results.items():
 print("gradient steps per kept SGLD draw, as each chain chose:", THINNING)
 
 # %% [markdown]
+# SGLD is the slowest of the three here, and that is expected on 30 data points. A full-data
+# gradient then costs no more than a minibatch one, so NUTS's long, Metropolis-corrected
+# trajectories are cheap. SGLD has no accept/reject step: it keeps its step small enough that
+# the discretisation bias stays at a few per cent of the posterior variance, and a step that
+# small needs tens of gradient steps to move by one posterior standard deviation (the thinning
+# printed above). The minibatch gradient pays off when the data are large: the cost of an SGLD
+# step stays at $B$ rows while each NUTS leapfrog step reads all $N$ (the "Performance and
+# tuning" page of the documentation measures effective draws per second against NUTS). On small
+# data like this, use NUTS; `SGHMC`'s momentum also needs fewer steps per effective draw than
+# SGLD.
+
+# %% [markdown]
 # ## Traces and burn-in
 #
 # The dashed line marks the end of warm-up; only the draws after it are kept. The red line is
