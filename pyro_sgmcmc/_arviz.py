@@ -17,11 +17,12 @@ operation                  ArviZ 0.x                         ArviZ 1.x
 :func:`set_group`          ``setattr`` / ``idata[name] =``   ``tree[name] = dataset``
 :func:`concat_chains`      ``az.concat(..., dim="chain")``   ``xarray.concat`` per group
 :func:`to_netcdf`          ``idata.to_netcdf``               ``tree.to_netcdf`` (h5netcdf, zlib)
-:func:`load_netcdf`        ``az.from_netcdf``                ``xarray.load_datatree``
+:func:`load_netcdf`        ``az.from_netcdf``                ``xarray.open_datatree``, loaded
 :func:`ess` (tail)         quantiles 5% and 95%              ``prob=(0.05, 0.95)`` passed
 :func:`loo`                ``elpd_loo``, ``p_loo``,          ``elpd``, ``p``, ``elpd_i``
                            ``loo_i``                         (one :class:`Loo` for both)
-:func:`compare`            ``elpd_loo``, ``p_loo`` columns   ``elpd``, ``p`` (the names kept)
+:func:`compare`            ``elpd_loo``, ``p_loo``,          ``elpd``, ``p``, ``elpd_diff <= 0``
+                           ``elpd_diff >= 0``                (kept; 0.x's renamed, negated)
 :func:`bfmi`               an array per chain                a ``Dataset`` (``energy``)
 :func:`plot_trace`, ...    draws into given axes             ``arviz_plots`` ``PlotCollection``
 =========================  ================================  ===================================
@@ -48,12 +49,14 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import arviz as az
 import numpy as np
-import pandas as pd
 import xarray as xr
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "ARVIZ_1",
@@ -123,23 +126,29 @@ def from_datasets(groups: Mapping[str, xr.Dataset]) -> Any:
         return az.InferenceData(**groups)
 
 
-def from_samples(posterior: Mapping[str, Any]) -> Any:
-    """A result with only a ``posterior`` group, from arrays of draws.
+def from_samples(posterior: Mapping[str, Any], **groups: Mapping[str, Any]) -> Any:
+    """A result built from arrays of draws (``az.from_dict``).
 
     Parameters
     ----------
     posterior : mapping of str to array_like
         Variable name to draws of shape ``(chain, draw, ...)``; the other dimensions are named
         ``<name>_dim_<k>``.
+    **groups : mapping of str to array_like
+        Other groups the same way (``predictions={"output": ...}``); ``observed_data`` and
+        ``constant_data`` without ``chain`` and ``draw``.
 
     Returns
     -------
     arviz.InferenceData or xarray.DataTree
     """
-    draws = {name: np.asarray(values) for name, values in posterior.items()}
+    arrays = {
+        name: {key: np.asarray(values) for key, values in variables.items()}
+        for name, variables in {"posterior": posterior, **groups}.items()
+    }
     if ARVIZ_1:
-        return az.from_dict({"posterior": draws})
-    return az.from_dict(posterior=draws)
+        return az.from_dict(arrays)
+    return az.from_dict(**arrays)
 
 
 def group_names(idata: Any) -> list[str]:
@@ -301,10 +310,12 @@ def load_netcdf(path: str | os.PathLike) -> Any:
     -------
     arviz.InferenceData or xarray.DataTree
         Under 0.x ``az.from_netcdf`` (lazy or not as ``az.rcParams["data.load"]`` says); under
-        1.x read into memory and the file closed (``xarray.load_datatree``).
+        1.x read into memory and the file closed (as ``xarray.load_datatree`` does).
     """
     if ARVIZ_1:
-        return xr.load_datatree(str(path))
+        # what xarray.load_datatree does, in xarray versions that predate it too
+        with xr.open_datatree(str(path)) as tree:
+            return tree.load()
     return az.from_netcdf(str(path))
 
 
@@ -473,13 +484,18 @@ def compare(results: Mapping[str, Any]) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per result, best first; columns ``rank``, ``elpd``, ``p``, ``elpd_diff``,
-        ``weight``, ``se``, ``dse`` (and the others each line adds).
+        One row per result, best first; columns ``rank``, ``elpd``, ``p``, ``elpd_diff``
+        (each result's ``elpd`` minus the best one's: 0 for the first row, negative below, as in
+        1.x; 0.x reports the opposite sign), ``weight``, ``se``, ``dse`` (and the others each
+        line adds).
     """
     table = az.compare(dict(results))
     if ARVIZ_1:
         return table
-    return table.rename(columns=_COMPARE_COLUMNS_0X)
+    table = table.rename(columns=_COMPARE_COLUMNS_0X)
+    # 0.x reports the best elpd minus each model's, 1.x each model's minus the best (+ 0.0: no -0)
+    table["elpd_diff"] = -table["elpd_diff"] + 0.0
+    return table
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,6 +510,21 @@ def _components(idata: Any, var_names: Sequence[str] | None) -> int:
         int(np.prod([size for dim, size in each.items() if dim not in SAMPLE_DIMS]))
         for each in sizes
     )
+
+
+def _plottable(idata: Any, groups: Sequence[str]) -> Any:
+    """A tree of ``groups`` (those present) where every dimension has an index coordinate:
+    ``arviz_plots`` labels panels by coordinate value and fails on a dimension without one (the
+    export leaves ``<name>_dim_<k>`` without coordinates)."""
+    chosen = {}
+    for name in groups:
+        if has_group(idata, name):
+            dataset = get_group(idata, name)
+            missing = {dim: np.arange(size) for dim, size in dataset.sizes.items()}
+            chosen[name] = dataset.assign_coords(
+                {dim: values for dim, values in missing.items() if dim not in dataset.coords}
+            )
+    return from_datasets(chosen)
 
 
 def _figure_of(collection: Any) -> Any:
@@ -533,7 +564,7 @@ def plot_trace(
     if ARVIZ_1:
         with _pyplot_off():
             collection = az.plot_trace_dist(
-                idata,
+                _plottable(idata, ("posterior", "sample_stats")),
                 var_names=var_names,
                 compact=False,
                 figure_kwargs={"figsize": figsize, "layout": "constrained"},
@@ -581,7 +612,7 @@ def plot_rank(
     if ARVIZ_1:
         with _pyplot_off():
             collection = az.plot_rank(
-                idata,
+                _plottable(idata, ("posterior",)),
                 var_names=var_names,
                 col_wrap=columns,
                 figure_kwargs={"figsize": figsize, "layout": "constrained"},
@@ -613,7 +644,9 @@ def plot_energy(idata: Any, figsize: tuple[float, float] | None = None) -> Any:
     """
     if ARVIZ_1:
         with _pyplot_off():
-            collection = az.plot_energy(idata, figure_kwargs={"figsize": figsize})
+            collection = az.plot_energy(
+                _plottable(idata, ("sample_stats",)), figure_kwargs={"figsize": figsize}
+            )
             return _figure_of(collection)
     from matplotlib.figure import Figure
 
