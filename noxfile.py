@@ -1,8 +1,22 @@
-"""Automation for pyro_sgmcmc: ``nox -s demo``, ``nox -s tests``, ``nox -s slow``, ``nox -s lint``,
-``nox -s docs``, ``nox -s docs_check``, ``nox -s tutorials``, ``nox -s benchmarks``.
+"""Automation for pyro_sgmcmc: ``nox -s demo``, ``nox -s tests``, ``nox -s tests-arviz1``,
+``nox -s slow``, ``nox -s lint``, ``nox -s docs``, ``nox -s docs_check``, ``nox -s tutorials``,
+``nox -s benchmarks``.
 
-Every session installs the CPU build of torch *before* the package, so that pip never resolves the
-multi-gigabyte CUDA build on a machine without a GPU.
+Every session installs torch *before* the package. Environment variables:
+
+``PYRO_SGMCMC_PYTHON``
+    The Python of the sessions that do not fix one (default: the one running nox).
+``PYRO_SGMCMC_TORCH``
+    The torch requirement (default ``torch==2.13.0``).
+``PYRO_SGMCMC_TORCH_INDEX``
+    When set, torch is installed from this package index only (``pip install --index-url``), e.g.
+    PyTorch's CPU wheels, ``https://download.pytorch.org/whl/cpu``: on Linux, PyPI's torch is the
+    multi-gigabyte CUDA build, which a machine without a GPU does not need. Unset: torch comes
+    from the default index (PyPI).
+
+``tests`` runs with whatever ArviZ ``arviz>=0.20`` resolves to (0.x on Python 3.10);
+``tests-arviz1`` runs the tests that exercise ArviZ on Python 3.12 with ArviZ 1.x
+(``xarray.DataTree`` results, see ``pyro_sgmcmc/_arviz.py``).
 """
 
 from __future__ import annotations
@@ -19,12 +33,29 @@ nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = os.environ.get("PYRO_SGMCMC_PYTHON", None)
 TORCH = os.environ.get("PYRO_SGMCMC_TORCH", "torch==2.13.0")
+TORCH_INDEX = os.environ.get("PYRO_SGMCMC_TORCH_INDEX") or None
+
+#: The test files that exercise ArviZ: the export, its checks, diagnostics, the CLI's netCDF files.
+ARVIZ_TESTS = (
+    "tests/test_arviz_compat.py",
+    "tests/test_export.py",
+    "tests/test_export_checks.py",
+    "tests/test_diagnostics.py",
+    "tests/test_cli.py",
+)
 
 
-def _install(session: nox.Session, *extras: str) -> None:
-    session.install(TORCH)
+def _install_torch(session: nox.Session) -> None:
+    if TORCH_INDEX:
+        session.install("--index-url", TORCH_INDEX, TORCH)
+    else:
+        session.install(TORCH)
+
+
+def _install(session: nox.Session, *extras: str, also: tuple[str, ...] = ()) -> None:
+    _install_torch(session)
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-e", spec)
+    session.install("-e", spec, *also)
 
 
 def _debian_install(session: nox.Session, *packages: str) -> bool:
@@ -58,6 +89,24 @@ def tests(session: nox.Session) -> None:
     _install(session, "test")
     # one pytest worker per core (at most four): the tests run one torch thread each
     session.run("pytest", "-m", "not slow", "-n", "auto", "--maxprocesses", "4", *session.posargs)
+
+
+@nox.session(name="tests-arviz1", python="3.12")
+def tests_arviz1(session: nox.Session) -> None:
+    """The tests that exercise ArviZ, with ArviZ 1.x on Python 3.12 (not the ``slow`` ones).
+
+    ArviZ 1.x is ``arviz_base``, ``arviz_stats`` and ``arviz_plots``; the exports are then
+    ``xarray.DataTree`` objects. The files run are :data:`ARVIZ_TESTS`; extra arguments go to
+    pytest (``nox -s tests-arviz1 -- -x``).
+    """
+    _install(session, "test", also=("arviz>=1",))
+    session.run(
+        "python",
+        "-c",
+        "import arviz, pyro_sgmcmc._arviz as c; assert c.ARVIZ_1, arviz.__version__; "
+        "print('ArviZ', arviz.__version__)",
+    )
+    session.run("pytest", "-m", "not slow", *ARVIZ_TESTS, *session.posargs)
 
 
 @nox.session(python=PYTHON)

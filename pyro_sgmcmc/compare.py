@@ -47,7 +47,7 @@ import torch
 from pyro.infer import MCMC, NUTS
 from pyro.infer.mcmc.util import initialize_model
 
-from . import metrics, plots
+from . import _arviz, metrics, plots
 from ._validation import check_interval, check_positive, check_positive_int
 from .datasets import Dataset, dataset_task, list_datasets, load_dataset, load_table
 from .diagnostics import ESS_PER_CHAIN, FUNCTION_RHAT_BOUND, RHAT_BOUND, convergence_report
@@ -978,7 +978,7 @@ def posterior_samples(idata: Any) -> TensorDict:
     dtype = torch.get_default_dtype()
     return {
         str(name): torch.as_tensor(np.asarray(var.values), dtype=dtype)
-        for name, var in idata.posterior.data_vars.items()
+        for name, var in _arviz.get_group(idata, "posterior").data_vars.items()
     }
 
 
@@ -1025,14 +1025,16 @@ def convergence(idata, method: str, wall_time: float) -> dict[str, Any]:
         "verdict": report.verdict,
     }
     # Function space: the network outputs at the test inputs are identified (unlike weights).
-    if "predictions" in idata.groups() and "output" in idata.predictions.data_vars:
+    if _arviz.has_group(idata, "predictions") and "output" in _arviz.get_group(
+        idata, "predictions"
+    ):
         output = convergence_report(
             idata, method, wall_time=wall_time, group="predictions", var_names=["output"],
             function_space=True,
         )  # fmt: skip
         result["max_rhat_output"] = output.max_rhat
         result["min_ess_bulk_output"] = None if independent else output.min_ess_bulk
-        if idata.posterior.attrs.get("function_space"):
+        if _arviz.get_group(idata, "posterior").attrs.get("function_space"):
             result["verdict"] = output.verdict
     return result
 
@@ -1041,7 +1043,8 @@ def _divergence_note(idata, method: str) -> str:
     """What to say when at least :data:`DIVERGENT_SHARE` of the kept draws had a divergent step
     (empty otherwise): the table's numbers for such a run come from chains that were put back
     again and again, e.g. never left their starting points."""
-    stats = idata.sample_stats if "sample_stats" in idata.groups() else None
+    has_stats = _arviz.has_group(idata, "sample_stats")
+    stats = _arviz.get_group(idata, "sample_stats") if has_stats else None
     if stats is None or "diverging" not in stats.data_vars:
         return ""
     share = float(stats["diverging"].values.mean())
@@ -1317,7 +1320,7 @@ def _write_method(outcome: MethodOutcome, out: OutputDirectory, figures: bool) -
     """Write a method's netCDF file (and figures) into ``out``, recording them first."""
     result = outcome.result
     path = out.claim(f"{result.method}.nc")
-    outcome.idata.to_netcdf(str(path))
+    _arviz.to_netcdf(outcome.idata, path)
     result.files.append(str(path))
     if figures:
         for name in plots.diagnostic_figure_names(result.method):
@@ -1382,7 +1385,7 @@ def sample_to_file(
         outcome = run_method(config, data, method, log=log)
     if outcome.idata is not None:
         temporary = path.with_name(f".{path.name}.tmp")
-        outcome.idata.to_netcdf(str(temporary))
+        _arviz.to_netcdf(outcome.idata, temporary)
         os.replace(temporary, path)
         outcome.result.files.append(str(path))
     return outcome

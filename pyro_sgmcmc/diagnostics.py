@@ -41,8 +41,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import arviz as az
 import numpy as np
+
+from . import _arviz
 
 __all__ = [
     "ESS_PER_CHAIN",
@@ -232,7 +233,7 @@ def _min_or_nan(dataset) -> float:
 
 
 def convergence_report(
-    idata: az.InferenceData,
+    idata: Any,
     method: str | None = None,
     *,
     wall_time: float | None = None,
@@ -246,8 +247,8 @@ def convergence_report(
     Parameters
     ----------
     idata:
-        An ``InferenceData`` with a ``posterior`` group (e.g. from
-        :func:`pyro_sgmcmc.export.to_inference_data`).
+        An ``InferenceData`` (ArviZ 0.x) or ``DataTree`` (ArviZ 1.x) with a ``posterior`` group
+        (e.g. from :func:`pyro_sgmcmc.export.to_inference_data`).
     method:
         Name shown in the table; defaults to the ``method`` attribute of the posterior.
     wall_time:
@@ -269,10 +270,11 @@ def convergence_report(
     -------
     ConvergenceReport
     """
-    if not hasattr(idata, "posterior"):
+    if not _arviz.has_group(idata, "posterior"):
         raise ValueError("idata must have a posterior group")
+    attrs = _arviz.get_group(idata, "posterior").attrs
     if function_space is None:
-        function_space = bool(idata.posterior.attrs.get("function_space", False)) and (
+        function_space = bool(attrs.get("function_space", False)) and (
             group is not None or _output_group(idata) is not None
         )
     if group is None:
@@ -281,18 +283,20 @@ def convergence_report(
             var_names = ["output"]
     dataset = _select(idata, group, var_names)
     if wall_time is None:
-        wall_time = idata.posterior.attrs.get("sampling_time", math.nan)
+        wall_time = attrs.get("sampling_time", math.nan)
     wall_time = float(wall_time)
     if not (math.isnan(wall_time) or wall_time >= 0):
         raise ValueError(f"wall_time must be >= 0 seconds, got {wall_time}")
     if method is None:
-        method = str(idata.posterior.attrs.get("method", "unknown"))
+        method = str(attrs.get("method", "unknown"))
     num_chains, num_draws = dataset.sizes["chain"], dataset.sizes["draw"]
     max_rhat, min_bulk, min_tail = worst_statistics(dataset)
     per_second = min_bulk / wall_time if wall_time and wall_time > 0 else math.nan
     divergences = 0
-    if hasattr(idata, "sample_stats") and "diverging" in idata.sample_stats:
-        divergences = int(idata.sample_stats["diverging"].values.sum())
+    if _arviz.has_group(idata, "sample_stats"):
+        stats = _arviz.get_group(idata, "sample_stats")
+        if "diverging" in stats:
+            divergences = int(stats["diverging"].values.sum())
     verdict = judge(
         max_rhat, min_bulk, min_tail, int(num_chains),
         function_space=function_space, min_ess=min_ess, num_draws=int(num_draws),
@@ -311,18 +315,19 @@ def convergence_report(
     )
 
 
-def _output_group(idata: az.InferenceData) -> str | None:
+def _output_group(idata: Any) -> str | None:
     """The group holding a network's outputs ``output``: test inputs first."""
     for group in ("predictions", "posterior_predictive"):
-        if group in idata.groups() and "output" in getattr(idata, group).data_vars:
+        if _arviz.has_group(idata, group) and "output" in _arviz.get_group(idata, group):
             return group
     return None
 
 
-def _select(idata: az.InferenceData, group: str, var_names: Sequence[str] | None):
-    if group not in idata.groups():
-        raise ValueError(f"group must be one of {idata.groups()}, got {group!r}")
-    dataset = getattr(idata, group)
+def _select(idata: Any, group: str, var_names: Sequence[str] | None):
+    names = _arviz.group_names(idata)
+    if group not in names:
+        raise ValueError(f"group must be one of {names}, got {group!r}")
+    dataset = _arviz.get_group(idata, group)
     if var_names is None:
         return dataset
     missing = [v for v in var_names if v not in dataset.data_vars]
@@ -346,9 +351,9 @@ def worst_statistics(dataset) -> tuple[float, float, float]:
         with np.errstate(invalid="ignore", divide="ignore"):
             # R-hat compares chains: with one chain ArviZ logs a warning and returns nan, so it
             # is not asked (the report shows nan)
-            rhat = az.rhat(dataset) if num_chains > 1 else None
-            ess_bulk = az.ess(dataset, method="bulk")
-            ess_tail = az.ess(dataset, method="tail")
+            rhat = _arviz.rhat(dataset) if num_chains > 1 else None
+            ess_bulk = _arviz.ess(dataset, method="bulk")
+            ess_tail = _arviz.ess(dataset, method="tail")
     max_rhat = math.nan
     if rhat is not None:
         rhat_values = np.concatenate([np.ravel(v.values) for v in rhat.data_vars.values()])

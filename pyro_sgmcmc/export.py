@@ -1,4 +1,7 @@
-r"""Every result as an ArviZ ``InferenceData``: MCMC (NUTS, HMC, SG-MCMC) and SVI.
+r"""Every result as an ArviZ result object: MCMC (NUTS, HMC, SG-MCMC) and SVI.
+
+Under ArviZ 0.x the result is an ``arviz.InferenceData``, under ArviZ 1.x an ``xarray.DataTree``;
+both hold the groups below, with the same variables, dimensions, dtypes and attributes.
 
 :func:`to_inference_data` builds the groups directly from xarray datasets, without
 ``arviz.from_pyro`` (which, in ArviZ 0.23, needs a ``divergences`` diagnostic, silently drops the
@@ -80,17 +83,17 @@ outside the support of their distribution (a class label outside ``[0, K)``), Na
 values, and a test set whose columns differ from the training data's are refused with a
 ``ValueError`` that names ``test`` (or the training arguments).
 
-Moving to ArviZ 1.x
--------------------
-ArviZ 1.x stores results as an ``xarray.DataTree`` with the same group names. Every group here is
-built as an ``xarray.Dataset`` first (:func:`build_groups` returns them), so the move is
-``xarray.DataTree.from_dict({"/" + name: ds for name, ds in groups.items()})`` in place of
-``az.InferenceData(**groups)`` (:func:`to_datatree` does this today);
-``DataTree.to_netcdf`` / ``xarray.open_datatree`` replace ``idata.to_netcdf`` /
-``az.from_netcdf``; ``az.summary``, ``az.rhat``, ``az.ess``, ``az.loo``, ``az.compare`` keep their
-names (in ``arviz_stats``, re-exported by ``arviz``) and accept a DataTree; plots move to
-``arviz_plots`` (``plot_trace_dist``, ``plot_rank``). The custom group ``svi_loss`` is allowed
-there too. Nothing in the kernels needs to change.
+ArviZ 0.x and 1.x
+-----------------
+Every group is built as an ``xarray.Dataset`` first (:func:`build_groups` returns them);
+:func:`to_inference_data` puts them into the result object of the installed ArviZ through
+:mod:`pyro_sgmcmc._arviz` (0.x: ``az.InferenceData(**groups)``; 1.x:
+``xarray.DataTree.from_dict``), and :func:`to_datatree` always builds a ``DataTree``. Read a result
+the same way under both lines with ``pyro_sgmcmc._arviz`` (``group_names``, ``get_group``,
+``to_netcdf``, ``load_netcdf``, ``loo``, ...), or with each line's own API: 0.x ``idata.groups()``,
+``az.from_netcdf``; 1.x ``list(tree.children)``, ``xarray.open_datatree``, and ``arviz_stats`` /
+``arviz_plots`` (``az.summary``, ``az.loo``, ``az.plot_trace_dist``, ``az.plot_rank``). The
+custom group ``svi_loss`` is kept by both. Nothing in the kernels depends on the line.
 """
 
 from __future__ import annotations
@@ -104,7 +107,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import arviz as az
 import numpy as np
 import torch
 import xarray as xr
@@ -115,6 +117,7 @@ from pyro.infer.mcmc import HMC
 from pyro.poutine.messenger import unwrap
 from pyro.poutine.util import site_is_subsample
 
+from . import _arviz
 from ._validation import as_tensor_arguments, check_positive_int
 from .errors import ModelContractError, ModelMismatchError, ModelMismatchWarning
 from .kernels.base import StochasticGradientKernel
@@ -1197,8 +1200,9 @@ def to_inference_data(
     seed: int | None = 0,
     dims: Mapping[str, Sequence[str]] | None = None,
     check_model: bool = True,
-) -> az.InferenceData:
-    r"""Convert an MCMC run or an SVI fit into an ``arviz.InferenceData``.
+) -> Any:
+    r"""Convert an MCMC run or an SVI fit into an ``arviz.InferenceData`` (ArviZ 0.x) or an
+    ``xarray.DataTree`` (ArviZ 1.x).
 
     Parameters
     ----------
@@ -1249,8 +1253,9 @@ def to_inference_data(
 
     Returns
     -------
-    arviz.InferenceData
-        With the groups listed in the module docstring.
+    arviz.InferenceData or xarray.DataTree
+        With the groups listed in the module docstring (a ``DataTree`` under ArviZ 1.x, whose
+        children are these groups).
 
     Raises
     ------
@@ -1292,9 +1297,7 @@ def to_inference_data(
         dims=dims,
         check_model=check_model,
     )
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*svi_loss.*")
-        return az.InferenceData(**groups)
+    return _arviz.from_datasets(groups)
 
 
 def to_datatree(

@@ -3,7 +3,9 @@
 Every function writes a PNG file and returns its path. The figures are built as
 :class:`matplotlib.figure.Figure` objects that ``pyplot`` never sees, so importing this module or
 calling its functions leaves the caller's Matplotlib backend and open figures alone: nothing is
-shown in a notebook or a window, and nothing needs closing.
+shown in a notebook or a window, and nothing needs closing. (ArviZ 1.x's ``arviz_plots`` creates
+its figures through ``pyplot``: :mod:`pyro_sgmcmc._arviz` creates them with interactive mode off
+and closes them in ``pyplot`` before they are drawn and saved here.)
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import arviz as az
 import matplotlib
 import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from . import _arviz
 from .metrics import expected_calibration_error
 
 if TYPE_CHECKING:
@@ -202,9 +204,9 @@ def predictive_figures(
     return [predicted_vs_observed(data, predictions, path)]
 
 
-def _trace_subset(idata: Any) -> az.InferenceData:
+def _trace_subset(idata: Any) -> Any:
     """A few scalar components: the first element of each site, scalar sites first."""
-    posterior = idata.posterior
+    posterior = _arviz.get_group(idata, "posterior")
     names = sorted(posterior.data_vars, key=lambda n: (posterior[n].ndim > 2, n))
     chosen: dict[str, np.ndarray] = {}
     for name in names[:MAX_TRACE_COMPONENTS]:
@@ -212,7 +214,7 @@ def _trace_subset(idata: Any) -> az.InferenceData:
         flat = values.reshape(*values.shape[:2], -1)
         label = name if values.ndim == 2 else f"{name}[0]"
         chosen[label] = flat[..., 0]
-    return az.from_dict(posterior=chosen)
+    return _arviz.from_samples(chosen)
 
 
 def diagnostic_figure_names(method: str) -> list[str]:
@@ -232,20 +234,13 @@ def diagnostic_figures(idata: Any, method: str, out: Path) -> list[str]:
 
 def _diagnostic_figures(idata: Any, method: str, out: Path) -> list[str]:
     subset = _trace_subset(idata)
-    count = len(subset.posterior.data_vars)
+    count = len(_arviz.get_group(subset, "posterior").data_vars)
     trace_name, rank_name = diagnostic_figure_names(method)
-    # ArviZ draws into the axes it is given, so it never creates a figure through pyplot.
-    fig = Figure(figsize=(9, 1.6 * count), layout="constrained")
-    az.plot_trace(subset, compact=False, axes=fig.subplots(count, 2, squeeze=False))
+    fig = _arviz.plot_trace(subset, figsize=(9, 1.6 * count))
     fig.suptitle(f"{method}: traces of {count} components")
     paths = [_save(fig, out / trace_name)]
-    columns = min(count, 2)
-    rows = -(-count // columns)
-    fig = Figure(figsize=(9, 2.2 * rows), layout="constrained")
-    axes = fig.subplots(rows, columns, squeeze=False)
-    for ax in axes.flat[count:]:
-        ax.set_visible(False)
-    az.plot_rank(subset, ax=axes.flat[:count])
+    rows = -(-count // min(count, 2))
+    fig = _arviz.plot_rank(subset, figsize=(9, 2.2 * rows), columns=2)
     fig.suptitle(f"{method}: rank plots")
     paths.append(_save(fig, out / rank_name))
     return paths

@@ -168,7 +168,8 @@ class VectorizedResult:
         return {k: v.reshape(-1, *v.shape[2:]) for k, v in self.samples.items()}
 
     def to_inference_data(self, *args: Any, **options: Any):
-        """An ``arviz.InferenceData`` of the run through :func:`pyro_sgmcmc.to_inference_data`:
+        """The run as an ``arviz.InferenceData`` (ArviZ 0.x) or ``xarray.DataTree`` (ArviZ 1.x),
+        through :func:`pyro_sgmcmc.to_inference_data`:
         ``posterior``, ``sample_stats``, ``log_likelihood``, predictive groups and data
         (``*args`` and ``options`` as there; the model and training data default to the run's)."""
         from .export import to_inference_data

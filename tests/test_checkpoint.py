@@ -14,7 +14,7 @@ import torch
 from pyro.infer import MCMC
 from pyro.infer.mcmc.api import StreamingMCMC
 
-from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, to_inference_data
+from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, _arviz, to_inference_data
 from pyro_sgmcmc.checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
@@ -263,7 +263,8 @@ def test_results_work_with_pyro_arviz_and_export():
     mcmc.summary()
     idata = to_inference_data(mcmc, model, Y)
     assert idata.posterior["mu"].shape == (2, SAMPLES)
-    assert az.from_pyro(mcmc, log_likelihood=False).posterior["sigma"].shape == (2, SAMPLES)
+    if not _arviz.ARVIZ_1:  # ArviZ 1.x has no from_pyro (to_inference_data serves both lines)
+        assert az.from_pyro(mcmc, log_likelihood=False).posterior["sigma"].shape == (2, SAMPLES)
 
 
 def test_draw_dtype_and_keep_draws_false_hold_less(tmp_path):

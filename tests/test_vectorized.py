@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 
-import arviz as az
 import pyro
 import pyro.distributions as dist
 import pytest
 import torch
 
-from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD
+from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, _arviz
 from pyro_sgmcmc.engine.estimators import ControlVariateGradient
 from pyro_sgmcmc.engine.layout import FlatLayout
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood, ScaleMixturePrior
@@ -151,7 +150,7 @@ def test_bnn_shapes_stats_and_export():
     assert idata.posterior["layers.0.weight"].shape == (3, 7, 5, 1)
     assert idata.posterior.attrs["sampling_time"] > 0
     assert "lp" in idata.sample_stats
-    assert az.rhat(idata)["layers.0.bias"].shape == (5,)
+    assert _arviz.rhat(_arviz.get_group(idata, "posterior"))["layers.0.bias"].shape == (5,)
     flat = result.get_samples()
     assert flat["layers.0.bias"].shape == (21, 5)
 
