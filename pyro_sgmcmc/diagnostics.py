@@ -79,7 +79,8 @@ class Verdict:
         Every statistic within its bound.
     statistic:
         ``"R-hat"``, ``"bulk ESS"`` or ``"tail ESS"``: the one that needs the longest run
-        (``None`` when converged).
+        (``None`` when converged); ``"fitted"`` for the draws of an SVI guide, which are
+        independent by construction, so that R-hat and ESS say nothing of the fit.
     value, bound:
         Its value and bound.
     longer:
@@ -101,6 +102,8 @@ class Verdict:
             return "converged"
         if self.statistic is None:
             return "not converged: no finite diagnostics"
+        if self.statistic == "fitted":
+            return "fitted (independent draws of a fitted guide: R-hat and ESS do not judge it)"
         if self.statistic == "draws":
             return (
                 f"not converged: {self.value:.0f} draws per chain are too few to judge (at least "
@@ -301,6 +304,9 @@ def convergence_report(
         max_rhat, min_bulk, min_tail, int(num_chains),
         function_space=function_space, min_ess=min_ess, num_draws=int(num_draws),
     )  # fmt: skip
+    if "svi_estimator" in attrs:  # an SVI export (pyro_sgmcmc.export)
+        # draws of a variational guide are independent by construction: no chain to judge
+        verdict = Verdict(False, "fitted", math.nan, math.nan, 1.0, verdict.basis)
     return ConvergenceReport(
         method=method,
         num_chains=int(num_chains),

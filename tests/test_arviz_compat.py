@@ -229,6 +229,10 @@ def test_convergence_report(exports, method):
     assert report.verdict is not None
     single = convergence_report(exports[method].isel(chain=[0]))
     assert single.num_chains == 1 and math.isnan(single.max_rhat)
+    # SVI's draws come from a fitted guide: no chain to call converged (the CLI says "fitted")
+    fitted = method == "svi"
+    assert (report.verdict.statistic == "fitted") == fitted
+    assert str(report.verdict).startswith("fitted") == fitted and not (fitted and report.converged)
 
 
 def test_concat_chains_renumbers_and_keeps_the_rest(exports):
