@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
+from . import _arviz
 from .compare import (
     ACTIVATIONS,
     MANIFEST_NAME,
@@ -413,7 +414,8 @@ def _sample(args: argparse.Namespace) -> int:
         print(f"  {result.method}: {result.message}")
     if not result.ok:
         return EXIT_ALL_FAILED
-    print(f"InferenceData written to {output}")
+    kind = "xarray.DataTree" if _arviz.ARVIZ_1 else "arviz.InferenceData"
+    print(f"{kind} written to {output} (netCDF)")
     return EXIT_OK
 
 
