@@ -356,6 +356,10 @@ def problem_iv(quick: bool) -> list[dict]:
     return rows
 
 
+COLUMNS = ["problem", "method", "seconds", "max_rhat", "min_ess_bulk", "min_ess_tail",
+           "ess_per_second", "vs_pyro_nuts", "mean_err_mcse", "sd_rel_err", "verdict"]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", nargs="+", default=["i", "ii", "iii", "iv"])
@@ -383,14 +387,13 @@ def main() -> None:
             row["vs_pyro_nuts"] = round(row["ess_per_second"] / nuts, 2) if nuts else math.nan
         table += rows
         print(f"problem ({problem}) done in {time.perf_counter() - start:.0f} s", flush=True)
-    columns = ["problem", "method", "seconds", "max_rhat", "min_ess_bulk", "min_ess_tail",
-               "ess_per_second", "vs_pyro_nuts", "mean_err_mcse", "sd_rel_err",
-               "verdict"]  # fmt: skip
-    print_table(table, columns)
-    path = write_json("ess_per_second", {
-        "quick": args.quick, "load_before": load_before, "load_after": load_average(),
-        "rows": table,
-    })  # fmt: skip
+        print_table(rows, COLUMNS)
+        # after every problem, so that a long run that is stopped keeps what it measured
+        path = write_json("ess_per_second", {
+            "quick": args.quick, "load_before": load_before, "load_after": load_average(),
+            "rows": table,
+        })  # fmt: skip
+    print_table(table, COLUMNS)
     print(f"wrote {path}")
 
 
