@@ -730,7 +730,7 @@ def build_model(config: CompareConfig, data: Dataset) -> BayesianMLP:
     :math:`\\sigma = 1`), as in Blundell et al.'s regression example; ``"auto"`` (default) is
     ``"known"`` when the data set declares its noise and ``"gamma"`` otherwise;
     ``noise="gamma"`` is a latent precision
-    :math:`\tau \\sim \\mathrm{Gamma}(2, 2 s^2)` (prior mean of :math:`\\sigma` about ``s`` =
+    :math:`\\tau \\sim \\mathrm{Gamma}(2, 2 s^2)` (prior mean of :math:`\\sigma` about ``s`` =
     ``noise_scale``; Gibbs-updated by the SG-MCMC kernels), ``"halfnormal"`` a latent
     :math:`\\sigma \\sim \\mathrm{HalfNormal}(s)`, ``"fixed"`` :math:`\\sigma = s`.
     """

@@ -114,7 +114,7 @@ def reliability_bins(
     """Per-bin counts, accuracy and mean confidence of the top label (bins ``((b-1)/M, b/M]``).
 
     The binning of :func:`pyro_sgmcmc.metrics.expected_calibration_error`, whose value is
-    :math:`\\sum_b \frac{n_b}{n}|\\mathrm{acc}_b - \\mathrm{conf}_b|`.
+    :math:`\\sum_b \\frac{n_b}{n}|\\mathrm{acc}_b - \\mathrm{conf}_b|`.
     """
     confidence, predicted = probs.double().max(-1)
     correct = (predicted == labels).double()

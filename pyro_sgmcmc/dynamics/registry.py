@@ -80,7 +80,7 @@ class StepInputs:
         Whether statistics that set the preconditioner may still change (pSGLD's running
         average): ``False`` freezes them.
     friction:
-        SGHMC's friction :math:`\alpha` as the warm-up adapted it, a ``(C, 1)`` tensor; ``None``:
+        SGHMC's friction :math:`\\alpha` as the warm-up adapted it, a ``(C, 1)`` tensor; ``None``:
         the rule's option.
     """
 
