@@ -3,7 +3,7 @@
 The kernels :class:`SGLD`, :class:`SGHMC`, :class:`PSGLD` and :class:`ConstantSGD` run inside
 ``pyro.infer.MCMC`` and draw minibatches of the data plate on every step;
 :func:`run_chains` runs many chains of the same kernel at once. Results export to ArviZ with
-:func:`to_inference_data`.
+:func:`to_inference_data` (arrays of draws with :func:`from_draws`).
 
 The names below are what a user needs; the rest lives in the submodules (:mod:`.nn`,
 :mod:`.schedules`, :mod:`.conjugate`, :mod:`.export`, :mod:`.diagnostics`, :mod:`.datasets`,
@@ -33,6 +33,7 @@ __version__ = "0.2.0"
 #: Public names loaded on first use, and the module each comes from.
 _LAZY = {
     "to_inference_data": ".export",
+    "from_draws": ".export",
     "HMCStatsCollector": ".export",
     "convergence_report": ".diagnostics",
     "posterior_predictive": ".predictive",
@@ -71,6 +72,7 @@ __all__ = [
     "convergence_report",
     "find_map",
     "fit_svi",
+    "from_draws",
     "init_distributed",
     "init_to_prior",
     "load_checkpoint",

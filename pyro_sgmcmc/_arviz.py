@@ -653,3 +653,90 @@ def plot_energy(idata: Any, figsize: tuple[float, float] | None = None) -> Any:
     figure = Figure(figsize=figsize, layout="constrained")
     az.plot_energy(idata, ax=figure.add_subplot())
     return figure
+
+
+def plot_forest(
+    results: Mapping[str, Any],
+    var_names: Sequence[str] | None = None,
+    figsize: tuple[float, float] | None = None,
+) -> Any:
+    """Credible intervals of each scalar posterior component, one row per method (chains
+    combined): HMC, SG-MCMC and SVI side by side.
+
+    Parameters
+    ----------
+    results : mapping of str to arviz.InferenceData or xarray.DataTree
+        Method name to its result; every result holds ``var_names``.
+    var_names : sequence of str, optional
+        Posterior variables to show (default: all of the first result's).
+    figsize : (float, float), optional
+        Figure size in inches.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Not registered with pyplot.
+    """
+    if not results:
+        raise ValueError("results must name at least one result")
+    if ARVIZ_1:
+        with _pyplot_off():
+            collection = az.plot_forest(
+                {name: _plottable(idata, ("posterior",)) for name, idata in results.items()},
+                var_names=var_names,
+                combined=True,
+                figure_kwargs={"figsize": figsize, "layout": "constrained"},
+            )
+            if len(results) > 1:
+                collection.add_legend("model")
+            return _figure_of(collection)
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=figsize, layout="constrained")
+    az.plot_forest(
+        list(results.values()),
+        model_names=list(results),
+        var_names=var_names,
+        combined=True,
+        ax=figure.add_subplot(),
+    )
+    return figure
+
+
+def plot_pair(
+    idata: Any, var_names: Sequence[str] | None = None, figsize: tuple[float, float] | None = None
+) -> Any:
+    """Scatter plots of every pair of scalar posterior components (all chains), with the
+    marginal distributions on the diagonal.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData or xarray.DataTree
+    var_names : sequence of str, optional
+        Posterior variables to show (default: all); two scalar components at least.
+    figsize : (float, float), optional
+        Figure size in inches.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Not registered with pyplot.
+    """
+    count = _components(idata, var_names)
+    if count < 2:
+        raise ValueError(f"a pair plot needs two scalar components at least, got {count}")
+    if ARVIZ_1:
+        with _pyplot_off():
+            collection = az.plot_pair(
+                _plottable(idata, ("posterior",)),
+                var_names=var_names,
+                figure_kwargs={"figsize": figsize, "layout": "constrained"},
+            )
+            return _figure_of(collection)
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=figsize, layout="constrained")
+    az.plot_pair(
+        idata, var_names=var_names, marginals=True, ax=figure.subplots(count, count, squeeze=False)
+    )
+    return figure

@@ -130,6 +130,7 @@ __all__ = [
     "ModelMismatchError",
     "ModelMismatchWarning",
     "build_groups",
+    "from_draws",
     "model_fingerprint",
     "to_datatree",
     "to_inference_data",
@@ -1309,3 +1310,44 @@ def to_datatree(
     """
     groups = build_groups(source, model, *args, **options)
     return xr.DataTree.from_dict({f"/{name}": dataset for name, dataset in groups.items()})
+
+
+def from_draws(posterior: Mapping[str, Any], **groups: Mapping[str, Any]) -> Any:
+    """The installed ArviZ's result object built from arrays of draws, e.g. of quantities
+    derived from a run's samples.
+
+    ArviZ 0.x spells this ``az.from_dict(posterior=...)`` and ArviZ 1.x
+    ``az.from_dict({"posterior": ...})``; this call works under both.
+
+    Parameters
+    ----------
+    posterior:
+        Variable name to draws shaped ``(chain, draw, ...)`` (tensors or arrays); the other
+        dimensions are named ``<name>_dim_<k>``.
+    **groups:
+        Other groups the same way, e.g. ``posterior_predictive={"obs": ...}``;
+        ``observed_data`` and ``constant_data`` without ``chain`` and ``draw``.
+
+    Returns
+    -------
+    arviz.InferenceData or xarray.DataTree
+        ``InferenceData`` under ArviZ 0.x, ``DataTree`` under 1.x, for ``az.summary``,
+        ``az.ess``, :func:`~pyro_sgmcmc.diagnostics.convergence_report` and the rest.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from pyro_sgmcmc.export import from_draws
+    >>> idata = from_draws({"sigma": np.ones((2, 100))})
+    >>> idata.posterior["sigma"].dims
+    ('chain', 'draw')
+    """
+    as_arrays = {name: _numpy_draws(values) for name, values in groups.items()}
+    return _arviz.from_samples(_numpy_draws(posterior), **as_arrays)
+
+
+def _numpy_draws(variables: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    return {
+        name: value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+        for name, value in variables.items()
+    }

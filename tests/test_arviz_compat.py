@@ -24,7 +24,13 @@ from pyro.infer import MCMC, NUTS
 from pyro_sgmcmc import SGHMC, SGLD, _arviz, run_chains
 from pyro_sgmcmc.diagnostics import convergence_report
 from pyro_sgmcmc.errors import SamplerWarning
-from pyro_sgmcmc.export import HMCStatsCollector, build_groups, to_datatree, to_inference_data
+from pyro_sgmcmc.export import (
+    HMCStatsCollector,
+    build_groups,
+    from_draws,
+    to_datatree,
+    to_inference_data,
+)
 from pyro_sgmcmc.plots import diagnostic_figures
 from pyro_sgmcmc.svi import fit_svi
 
@@ -273,11 +279,28 @@ def test_figures_stay_out_of_pyplot(exports, tmp_path):
         _arviz.plot_trace(idata, var_names=["s", "w"], figsize=(8, 6)),
         _arviz.plot_rank(idata, var_names=["s", "w"], figsize=(8, 4)),
         _arviz.plot_energy(idata),
+        _arviz.plot_forest(
+            {name: exports[name] for name in METHODS}, var_names=["s", "w"], figsize=(6, 5)
+        ),
+        _arviz.plot_pair(idata, var_names=["s", "w"], figsize=(6, 6)),
     ]
     for index, figure in enumerate(figures):
         assert isinstance(figure, matplotlib.figure.Figure) and figure.axes
         figure.savefig(tmp_path / f"{index}.png")
     assert len(figures[0].axes) >= 2 * 4  # trace and density of s, w[0], w[1], w[2]
+    assert len(figures[4].axes) >= 6  # s and w's three against each other, lower triangle
+    forest_text = " ".join(t.get_text() for ax in figures[3].axes for t in ax.texts)
+    forest_text += " ".join(
+        t.get_text() for legend in figures[3].legends for t in legend.get_texts()
+    ) + " ".join(
+        t.get_text()
+        for ax in figures[3].axes
+        if ax.get_legend()
+        for t in ax.get_legend().get_texts()
+    )
+    assert all(name in forest_text for name in METHODS), forest_text  # each method named
+    with pytest.raises(ValueError, match="two scalar components"):
+        _arviz.plot_pair(idata, var_names=["s"])
     paths = diagnostic_figures(exports["svi"], "svi", tmp_path)
     assert all((tmp_path / name).stat().st_size > 0 for name in ("svi_trace.png", "svi_rank.png"))
     assert len(paths) == 2
@@ -320,3 +343,34 @@ def test_diagnostics_agree_across_lines():
     assert loo.elpd == pytest.approx(-30.6117, abs=1e-4)
     assert loo.p == pytest.approx(1.206611, abs=1e-5)
     assert loo.se == pytest.approx(0.06, abs=0.002)  # 0.0593 (0.x), 0.0604 (1.x)
+
+
+def test_from_draws_builds_the_installed_lines_object_from_arrays_and_tensors():
+    """Derived quantities, as a tutorial computes them, reach ArviZ's own functions the same way
+    under both lines (``az.from_dict`` changed its signature in 1.x)."""
+    rng = np.random.default_rng(0)
+    idata = from_draws(
+        {"slope": rng.normal(size=(2, 50)), "w": torch.randn(2, 50, 3)},
+        posterior_predictive={"obs": rng.normal(size=(2, 50, 4))},
+    )
+    assert isinstance(idata, _arviz.InferenceData)
+    posterior = _arviz.get_group(idata, "posterior")
+    assert posterior["w"].dims == ("chain", "draw", "w_dim_0")
+    assert posterior["slope"].dtype == np.float64 and posterior["w"].dtype == np.float32
+    assert _arviz.has_group(idata, "posterior_predictive")
+    table = az.summary(idata, kind="diagnostics")
+    assert {"ess_bulk", "r_hat"} <= set(table.columns)
+    assert "slope" in table.index and table.shape[0] == 4
+    assert convergence_report(idata, "derived").num_draws == 50
+
+
+def test_the_arviz_calls_the_tutorials_make_work_under_both_lines(exports):
+    """Tutorials 2 and 6 call ArviZ directly (each line's own ``summary`` columns)."""
+    stats = az.summary(exports["sghmc_mcmc"], var_names=["s"], kind="stats")
+    assert list(stats.index) == ["s"] and "mean" in stats.columns and "sd" in stats.columns
+    rng = np.random.default_rng(1)
+    dataset = az.convert_to_dataset({"test accuracy": rng.uniform(size=(2, 40))})
+    assert isinstance(dataset, xr.Dataset) and dataset["test accuracy"].dims == ("chain", "draw")
+    dataset["train log-lik"] = (("chain", "draw"), rng.normal(size=(2, 40)))
+    table = az.summary(dataset, kind="diagnostics")[["ess_bulk", "ess_tail", "r_hat"]]
+    assert set(table.index) == {"test accuracy", "train log-lik"}

@@ -29,7 +29,14 @@ from pyro_sgmcmc.diagnostics import (
     convergence_report,
     judge,
 )
-from pyro_sgmcmc.engine.thinning import MAX_THINNING, MIN_WARMUP_STEPS, warmup_steps_per_draw
+from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
+from pyro_sgmcmc.engine.adaptation import AdaptiveControl
+from pyro_sgmcmc.engine.thinning import (
+    MAX_THINNING,
+    MIN_WARMUP_STEPS,
+    ThinningMeter,
+    warmup_steps_per_draw,
+)
 from pyro_sgmcmc.errors import SamplerWarning
 from pyro_sgmcmc.function_space import run_verdict
 
@@ -102,6 +109,29 @@ def test_the_warmup_chooses_each_chains_thinning_and_reports_it(y):
     assert result.attrs["num_steps_per_sample"] == [
         r["num_steps_per_sample"] for r in result.chain_reports
     ]
+
+
+def test_the_thinning_scales_with_how_much_slower_the_frozen_settings_mix():
+    """The last warm-up window's end re-estimates the step and SGHMC's friction; the thinning
+    measured over that window is scaled by the slowdown of the overdamped step e / friction."""
+    like = torch.zeros(2, 3)
+    control = AdaptiveControl("sghmc", SGHMCOptions(), 1.0, 100, 400, like, dense=False)
+    control.fisher = torch.tensor([[1.0, 2.0, 4.0], [1.0, 1.0, 1.0]])
+    control.step = torch.tensor([[0.1], [0.1]])
+    control.friction = torch.tensor([[0.3], [0.5]])
+    control.last_window_rate = control._mixing_rate(None)
+    control.friction = torch.tensor([[1.0], [0.5]])  # chain 0: three times the friction
+    control.fisher = torch.tensor([[1.0, 2.0, 4.0], [1.0, 0.5, 1.0]])  # chain 1: a halved step
+    slowdown = control.mixing_slowdown(None)
+    assert slowdown.flatten().tolist() == pytest.approx([1.0 / 0.3, 2.0])
+    meter = ThinningMeter(400, function_space=False)
+    meter.series = [torch.randn(2, 4, generator=torch.Generator().manual_seed(i)).double()
+                     for i in range(200)]  # fmt: skip
+    thinning = meter.choose(slowdown)
+    times = meter.autocorrelation_time
+    assert thinning == [math.ceil(times[0] / 0.3), math.ceil(times[1] * 2.0)]
+    sgld = AdaptiveControl("sgld", SGLDOptions(), 1.0, 100, 400, like)
+    assert sgld.mixing_slowdown(None) is None  # before the last window: nothing to compare
 
 
 def test_stacked_chains_keep_the_draws_each_chain_keeps_alone(y):

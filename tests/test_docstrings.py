@@ -27,4 +27,4 @@ def test_no_docstring_holds_an_escaped_control_character():
             bad = sorted(repr(c) for c in CONTROL if c in text)
             if bad:
                 found.append(f"{path.relative_to(PACKAGE.parent)}::{name} holds {', '.join(bad)}")
-    assert not found, "use a raw docstring (r\"\"\") or double the backslash:\n" + "\n".join(found)
+    assert not found, 'use a raw docstring (r""") or double the backslash:\n' + "\n".join(found)

@@ -58,7 +58,7 @@ import torch
 from IPython.display import display
 from pyro.infer import MCMC, NUTS, RandomWalkKernel
 
-from pyro_sgmcmc import SGLD
+from pyro_sgmcmc import SGLD, from_draws
 from pyro_sgmcmc.diagnostics import convergence_report
 
 logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
@@ -331,9 +331,8 @@ fig.tight_layout()
 # %%
 rows = []
 for name in SETTINGS:
-    idata = az.from_dict(posterior=samples[name])
-    ess = az.ess(idata)
-    rhat = az.rhat(idata)
+    # from_draws: ArviZ's own object (InferenceData under ArviZ 0.x, DataTree under 1.x)
+    diagnostics = az.summary(from_draws(samples[name]), kind="diagnostics")
     seconds = results[name][2]
     for parameter in ["intercept", "slope", "sigma"]:
         draws = samples[name][parameter]
@@ -347,9 +346,9 @@ for name in SETTINGS:
                 "sd": draws.std(),
                 "exact sd": exact_sd,
                 "|error| / exact sd": abs(draws.mean() - exact_mean) / exact_sd,
-                "ESS (bulk)": float(ess[parameter]),
-                "R-hat": float(rhat[parameter]),
-                "ESS / s": float(ess[parameter]) / seconds,
+                "ESS (bulk)": diagnostics.loc[parameter, "ess_bulk"],
+                "R-hat": diagnostics.loc[parameter, "r_hat"],
+                "ESS / s": diagnostics.loc[parameter, "ess_bulk"] / seconds,
             }
         )
 table = pd.DataFrame(rows).set_index(["sampler", "parameter"])
@@ -357,7 +356,7 @@ if SMOKE:
     print("smoke mode: short chains, noisy numbers")
 display(table)
 for name in SETTINGS:
-    report = convergence_report(az.from_dict(posterior=samples[name]), name)
+    report = convergence_report(from_draws(samples[name]), name)
     print(f"{name}: {report.verdict}")
 
 

@@ -225,7 +225,8 @@ class AdaptiveControl(StepControl):
         self.offset = OffsetMeter(like)
         self.curvature: torch.Tensor | None = None
         self.direction: torch.Tensor | None = None
-        self.last_window_step: torch.Tensor | None = None
+        # (C, D) how fast each coordinate mixed over the last window (see mixing_slowdown)
+        self.last_window_rate: torch.Tensor | None = None
         # control_variate="auto": positions of the first window (the centres), then the noise
         # of both estimators over the second
         self.position_sum = torch.zeros_like(like)
@@ -469,7 +470,7 @@ class AdaptiveControl(StepControl):
         self.window_diverged.zero_()
         self.window_start = engine.t
         if engine.t == self.last_window:
-            self.last_window_step = self.step.clone()
+            self.last_window_rate = self._mixing_rate(engine)
         engine.virial.reset()
         engine.rest_auxiliary()
         engine.keep_anchor()
@@ -659,11 +660,32 @@ class AdaptiveControl(StepControl):
         tiny = torch.finfo(self.curvature.dtype).tiny
         return (self.temperature / self.curvature.clamp_min(tiny)).sqrt()
 
-    def step_change(self) -> torch.Tensor | None:
-        """How many times larger the step of the last warm-up window was than the frozen one."""
-        if self.last_window_step is None:
+    def _mixing_rate(self, engine: ChainEngine) -> torch.Tensor | None:
+        r"""``(C, D)``: per coordinate, the step of the overdamped Langevin dynamics the rule
+        follows, :math:`e_i = h P_i` (SGHMC: :math:`e_i / \alpha`, its position moves as
+        Langevin dynamics with that step); a coordinate's autocorrelation time is inversely
+        proportional to it."""
+        unit = self.unit_step(engine)
+        if unit is None:
             return None
-        return self.last_window_step / self.step
+        rate = self.step * unit
+        if self.algorithm == "sghmc":
+            rate = rate / self._budget()
+        return rate
+
+    def mixing_slowdown(self, engine: ChainEngine) -> torch.Tensor | None:
+        """``(C, 1)``: how many times slower the frozen settings mix than those of the last
+        warm-up window, over which the thinning was measured: the largest ratio over the
+        coordinates of :meth:`_mixing_rate` then and now. The last window's end re-estimates
+        the preconditioner, the step and SGHMC's friction from its measurements (a control
+        variate's noise grows once the chain explores the posterior, and the friction with it).
+        """
+        before = self.last_window_rate
+        after = self._mixing_rate(engine)
+        if before is None or after is None:
+            return None
+        tiny = torch.finfo(after.dtype).tiny
+        return (before / after.clamp_min(tiny)).amax(1, keepdim=True)
 
     def reported_step_size(self, t: int, num_chains: int):
         return self.step_size(t).detach().reshape(-1).double().cpu().numpy()
@@ -671,7 +693,7 @@ class AdaptiveControl(StepControl):
     # ------------------------------------------------------------------ checkpoints
     _STATE = ("rate", "step", "window_start", "square", "count", "boost", "trend", "fisher",
               "curvature", "curvature_sum", "noise_sum", "probes", "frozen",
-              "window_diverged", "direction", "last_window_step", "position_sum",
+              "window_diverged", "direction", "last_window_rate", "position_sum",
               "position_count", "pair_sum", "pair_count", "friction")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
@@ -687,7 +709,7 @@ class AdaptiveControl(StepControl):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for name in self._STATE:
-            value = state[name]
+            value = state.get(name)  # last_window_rate: absent from older checkpoints
             setattr(self, name, value.clone() if isinstance(value, torch.Tensor) else value)
         self.offset.load_state_dict(state["offset"])
         self.metric = None if state["metric"] is None else DenseMetric(*state["metric"])

@@ -91,9 +91,10 @@ class StepControl:
         them, or ``None`` (unknown)."""
         return None
 
-    def step_change(self) -> torch.Tensor | None:
-        """``(C, 1)``: how many times larger the step was during the last quarter of warm-up
-        than the frozen step of the sampling phase (``None``: the same)."""
+    def mixing_slowdown(self, engine: ChainEngine) -> torch.Tensor | None:
+        """``(C, 1)``: how many times slower the sampling phase's frozen settings mix than
+        those of the last quarter of warm-up, over which the thinning was measured (``None``:
+        the same settings)."""
         return None
 
     def reported_step_size(self, t: int, num_chains: int) -> np.ndarray:

@@ -256,7 +256,7 @@ class ChainEngine:
         self.virial.reset()
         thinning = self.thinning
         if thinning is None:
-            thinning = self.thinning_meter.choose(self.control.step_change())
+            thinning = self.thinning_meter.choose(self.control.mixing_slowdown(self))
         self.cadence = DrawCadence(thinning)
         self.monitor.start_draw()
 

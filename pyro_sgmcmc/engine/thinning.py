@@ -2,7 +2,9 @@ r"""Thinning chosen by the warm-up, and the per-chain cadence of kept draws.
 
 A kernel given no ``num_steps_per_sample`` keeps one draw every :math:`k_c` gradient steps of
 chain :math:`c`, with :math:`k_c` the chain's integrated autocorrelation time measured over the
-last quarter of its warm-up (:class:`ThinningMeter`):
+last quarter of its warm-up (:class:`ThinningMeter`), scaled by how much slower the frozen
+settings of the sampling phase mix than those of that quarter (the warm-up's last window end
+re-estimates the step, the preconditioner and SGHMC's friction):
 
 .. math::
 
@@ -129,14 +131,14 @@ class ThinningMeter:
         if self.function_space and not engine.batches.full_batch:
             self.rows = engine.batches.independent()
 
-    def choose(self, step_change: torch.Tensor | None) -> list[int]:
+    def choose(self, slowdown: torch.Tensor | None) -> list[int]:
         r"""Per chain, :math:`k_c = \lceil \tau_c \cdot r_c \rceil` within the budget, where
-        :math:`r_c \ge 1` is how much the step shrank after the measurement (``None``: it did
-        not): the autocorrelation time grows as the step shrinks, in proportion for Langevin
-        dynamics."""
+        :math:`r_c \ge 1` is how many times slower the sampling phase's settings mix than those
+        the measurement ran with (``None``: the same): the autocorrelation time of Langevin
+        dynamics is inversely proportional to its step (SGHMC's: to step over friction)."""
         if len(self.series) < 4:
             self.autocorrelation_time = None
-            self.thinning = [1] * (1 if step_change is None else step_change.shape[0])
+            self.thinning = [1] * (1 if slowdown is None else slowdown.shape[0])
             return self.thinning
         series = torch.stack(self.series).cpu()  # (n, C, K)
         if not self.function_space:  # the spread as well as the mean
@@ -150,8 +152,8 @@ class ThinningMeter:
                 times[c] = max(1.0, float(length / ess.min()))
         self.autocorrelation_time = times
         change = np.ones(num_chains)
-        if step_change is not None:
-            change = np.maximum(step_change.detach().reshape(-1).double().cpu().numpy(), 1.0)
+        if slowdown is not None:
+            change = np.maximum(slowdown.detach().reshape(-1).double().cpu().numpy(), 1.0)
         self.thinning = [
             int(min(MAX_THINNING, max(1, math.ceil(t * r))))
             for t, r in zip(times, change, strict=True)
