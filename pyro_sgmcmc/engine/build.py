@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from pyro.infer.autoguide.initialization import init_to_mean, init_to_median
 from pyro.infer.mcmc.util import initialize_model
+from pyro.poutine.messenger import Messenger
 from torch.distributions import biject_to
 from torch.distributions.transforms import Transform
 
@@ -35,6 +36,7 @@ from ..model_structure import (
 )
 from ..potentials import Potential, make_potential
 from .adaptation import AdaptiveControl
+from .blind_sites import blind_site_messages, find_blind_sites
 from .controls import MandtRateControl, ScheduleControl, StepControl
 from .dense import DENSE_LIMIT
 from .distributed import DataParallelGradient, start_data_parallel
@@ -47,7 +49,7 @@ from .estimators import (
     find_centre,
 )
 from .gibbs_blocks import GibbsBlocks, supports_temperature
-from .health import check_classifier, check_draws
+from .health import check_classifier, check_draws, warn_all
 from .layout import FlatLayout
 from .minibatch import Minibatcher
 from .seeds import chain_generators, chain_seeds
@@ -184,6 +186,7 @@ def prepare_chains(
     model = structure.model
     updates = resolve_gibbs_updates(settings.gibbs_updates, model, args, kwargs, structure)
     gibbs_sites = {site for update in updates for site in update.sites}
+    warn_all(blind_site_messages(find_blind_sites(structure, args, kwargs, skip=gibbs_sites)))
     initial, transforms = initial_values(
         model, args, kwargs, settings, seeds, initial_params, structure, gibbs_sites
     )
@@ -298,6 +301,8 @@ def _inspect(model, args, kwargs, settings: SamplerSettings) -> ModelStructure:
     except ModelContractError:
         raise
     except (IndexError, RuntimeError, TypeError) as error:
+        if isinstance(error, NotImplementedError):
+            _refuse_a_prior_without_sampler(model, args, kwargs, error)
         check_plate_fits_data(model, args, kwargs, settings.subsample_plate)
         first_line = str(error).splitlines()[0] if str(error) else ""
         raise ModelContractError(
@@ -305,6 +310,46 @@ def _inspect(model, args, kwargs, settings: SamplerSettings) -> ModelStructure:
             f"{first_line}). Check that the data match the model: plate sizes, numbers of rows "
             "and features, dtypes."
         ) from error
+
+
+class _LastSampleSite(Messenger):
+    """Records the name and distribution of each sample site as the model reaches it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name: str | None = None
+        self.fn: Any = None
+
+    def _pyro_sample(self, msg: dict[str, Any]) -> None:
+        self.name, self.fn = msg["name"], msg["fn"]
+
+
+def _refuse_a_prior_without_sampler(model, args, kwargs, error: NotImplementedError) -> None:
+    """A latent site whose prior cannot draw (``ImproperUniform``) stops the model's first run:
+    name the site and what works instead (a proper prior)."""
+    last = _LastSampleSite()
+    try:
+        with torch.random.fork_rng(), last:
+            model(*args, **kwargs)
+    except NotImplementedError:
+        pass
+    if last.name is None or last.fn is None:
+        return
+    try:
+        with torch.random.fork_rng():
+            last.fn.sample()
+        return  # that site's prior draws: the error came from elsewhere in the model
+    except NotImplementedError:
+        pass
+    prior = type(last.fn).__name__
+    raise ModelContractError(
+        f"the prior of latent site {last.name!r}, {prior}, cannot draw a value "
+        f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}). The "
+        "kernels run the model forward to find its sites, shapes and data plate, which draws "
+        f"every latent site from its prior. Give {last.name!r} a proper prior on the same "
+        "support (e.g. dist.Normal(0.0, 100.0) for the real line, dist.HalfNormal(100.0) for a "
+        "positive scale), which is as flat where the likelihood has its mass"
+    ) from error
 
 
 def resolve_gibbs_updates(

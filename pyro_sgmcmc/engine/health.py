@@ -98,7 +98,8 @@ def check_classifier(
 
     ``constrained`` holds every chain's current values, ``(C, ...)`` per latent site; the model
     is evaluated on its first ``max_rows`` rows. Models without a categorical observation site in
-    the data plate give no message.
+    the data plate give no message, nor do models whose class probabilities are the same for
+    every row (no inputs: always predicting the most frequent class is then right).
     """
     size = min(plate.num_data, plate.max_rows, max_rows)
     device = next((v.device for v in constrained.values()), None)
@@ -137,9 +138,20 @@ def _accuracy(model, args, kwargs, values, plate_name) -> tuple[float, float] | 
             fn = fn.base_dist
         if not isinstance(fn, torch.distributions.Categorical):
             continue
+        if _same_for_every_row(fn._param):
+            return None  # no inputs: the most frequent class is the best prediction there is
         labels = site["value"].reshape(-1)
         predicted = fn.logits.reshape(-1, fn.logits.shape[-1]).argmax(-1)
         accuracy = float((predicted == labels).double().mean())
         chance = float(torch.bincount(labels).max()) / labels.numel()
         return accuracy, chance
     return None
+
+
+def _same_for_every_row(parameter: torch.Tensor) -> bool:
+    """Whether the class probabilities (or logits, as given) are broadcast along the rows: a
+    model without inputs, e.g. a Dirichlet-categorical one, whose plate expands one vector."""
+    if parameter.dim() == 1:
+        return True
+    rows = parameter.reshape(-1, parameter.shape[-1])
+    return rows.shape[0] == 1 or rows.stride(0) == 0
