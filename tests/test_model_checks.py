@@ -87,12 +87,14 @@ def smooth_change_point(y):
         pyro.sample("obs", dist.Poisson(weight * early + (1 - weight) * late), obs=y[idx])
 
 
-@pytest.fixture(scope="module")
-def counts():
+@pytest.fixture(scope="module", params=[100, 3000], ids=lambda n: f"{n}_rows")
+def counts(request):
+    """Counts whose rate changes at 40% of the rows (3,000 rows: more than the check reads)."""
     generator = torch.Generator().manual_seed(0)
+    early = int(0.4 * request.param)
     return torch.cat([
-        torch.poisson(torch.full((40,), 2.0), generator=generator),
-        torch.poisson(torch.full((60,), 6.0), generator=generator),
+        torch.poisson(torch.full((early,), 2.0), generator=generator),
+        torch.poisson(torch.full((request.param - early,), 6.0), generator=generator),
     ])  # fmt: skip
 
 

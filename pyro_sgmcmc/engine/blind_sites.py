@@ -8,7 +8,7 @@ zero wherever it is defined, so the kernels sample its prior and bias every site
 on it, and R-hat and ESS look fine.
 
 The check, before sampling: at two draws from the prior, each latent site's likelihood gradient
-(on the unconstrained scale, over the first :data:`ROWS` rows) is exactly zero in every
+(on the unconstrained scale, over :data:`ROWS` rows spread evenly over the data) is exactly zero in every
 coordinate, yet the likelihood changes when the site moves by :data:`SHIFT` on that scale. Sites
 that the likelihood ignores altogether are not flagged (their posterior is their prior), nor are
 sites drawn by exact Gibbs updates.
@@ -27,8 +27,8 @@ from ..model_structure import ModelStructure
 
 __all__ = ["ROWS", "SHIFT", "blind_site_messages", "find_blind_sites"]
 
-#: Rows of the data the check evaluates (at most).
-ROWS = 2000
+#: Rows of the data the check evaluates (at most; spread evenly over the data).
+ROWS = 512
 #: How far each site moves, on its unconstrained scale, to see whether the likelihood changes.
 SHIFT = 0.5
 #: Prior draws the gradient must vanish at.
@@ -40,13 +40,17 @@ def find_blind_sites(
     args: tuple,
     kwargs: Mapping[str, Any],
     skip: Iterable[str] = (),
+    device: torch.device | None = None,
 ) -> list[str]:
     """The latent sites (in the model's order) whose likelihood gradient is exactly zero at
-    :data:`DRAWS` prior draws while the likelihood depends on them (see the module docstring).
-    """
+    :data:`DRAWS` prior draws while the likelihood depends on them (see the module docstring);
+    ``device``: that of the data."""
     plate = structure.plate
-    size = min(plate.num_data, plate.max_rows, ROWS)
-    rows = None if size == plate.num_data else torch.arange(size)
+    # rows spread evenly over the data (a step at row tau * N falls among them), fewer than N:
+    # the set-up runs the model on all rows once only
+    size = max(1, min(plate.num_data - 1, plate.max_rows, ROWS))
+    rows = torch.linspace(0, plate.num_data - 1, size, device=device)
+    rows = rows.round().long().unique()
     model, args, kwargs = plate.bind(structure.model, args, kwargs, rows)
     candidates = [name for name in structure.latent_sites if name not in set(skip)]
     blind: set[str] | None = None
@@ -112,3 +116,4 @@ def blind_site_messages(sites: list[str]) -> list[str]:
         f"or marginalise {name!r} out of the model (e.g. a sum over its possible values)"
         for name in sites
     ]
+

@@ -186,7 +186,8 @@ def prepare_chains(
     model = structure.model
     updates = resolve_gibbs_updates(settings.gibbs_updates, model, args, kwargs, structure)
     gibbs_sites = {site for update in updates for site in update.sites}
-    warn_all(blind_site_messages(find_blind_sites(structure, args, kwargs, skip=gibbs_sites)))
+    blind = find_blind_sites(structure, args, kwargs, gibbs_sites, data_device(args, kwargs))
+    warn_all(blind_site_messages(blind))
     initial, transforms = initial_values(
         model, args, kwargs, settings, seeds, initial_params, structure, gibbs_sites
     )
