@@ -8,8 +8,9 @@ zero wherever it is defined, so the kernels sample its prior and bias every site
 on it, and R-hat and ESS look fine.
 
 The check, before sampling: at two draws from the prior, each latent site's likelihood gradient
-(on the unconstrained scale, over :data:`ROWS` rows spread evenly over the data) is exactly zero in every
-coordinate, yet the likelihood changes when the site moves by :data:`SHIFT` on that scale. Sites
+(on the unconstrained scale, over :data:`ROWS` rows spread evenly over the data) is exactly zero
+in every coordinate, yet the likelihood changes when the site moves by :data:`SHIFT` on that
+scale. Sites
 that the likelihood ignores altogether are not flagged (their posterior is their prior), nor are
 sites drawn by exact Gibbs updates.
 """
@@ -116,4 +117,3 @@ def blind_site_messages(sites: list[str]) -> list[str]:
         f"or marginalise {name!r} out of the model (e.g. a sum over its possible values)"
         for name in sites
     ]
-
