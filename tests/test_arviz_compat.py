@@ -186,12 +186,22 @@ def test_the_result_holds_the_built_datasets_unchanged(exports, data):
         assert tree[name].to_dataset().identical(dataset), name
 
 
+STORES = {
+    "netcdf": (_arviz.to_netcdf, _arviz.load_netcdf, ".nc"),
+    "zarr": (_arviz.to_zarr, _arviz.load_zarr, ".zarr"),
+}
+
+
+@pytest.mark.parametrize("store", list(STORES))
 @pytest.mark.parametrize("method", METHODS)
-def test_netcdf_round_trip(exports, tmp_path, method):
+def test_round_trip(exports, tmp_path, method, store):
+    if store == "zarr":
+        pytest.importorskip("zarr")
+    write, read, suffix = STORES[store]
     idata = exports[method]
-    path = tmp_path / f"{method}.nc"
-    assert _arviz.to_netcdf(idata, path) == str(path)
-    loaded = _arviz.load_netcdf(path)
+    path = tmp_path / f"{method}{suffix}"
+    assert write(idata, path) == str(path)
+    loaded = read(path)
     assert isinstance(loaded, _arviz.InferenceData)
     assert set(_arviz.group_names(loaded)) == set(_arviz.group_names(idata))
     for group in _arviz.group_names(idata):
@@ -374,3 +384,13 @@ def test_the_arviz_calls_the_tutorials_make_work_under_both_lines(exports):
     dataset["train log-lik"] = (("chain", "draw"), rng.normal(size=(2, 40)))
     table = az.summary(dataset, kind="diagnostics")[["ess_bulk", "ess_tail", "r_hat"]]
     assert set(table.index) == {"test accuracy", "train log-lik"}
+
+
+def test_a_zarr_store_is_never_overwritten(exports, tmp_path):
+    pytest.importorskip("zarr")
+    path = tmp_path / "run.zarr"
+    _arviz.to_zarr(exports["nuts"], path)
+    with pytest.raises(FileExistsError, match="give a new path"):
+        _arviz.to_zarr(exports["sgld_chains"], path)
+    kept = _arviz.get_group(_arviz.load_zarr(path), "posterior")
+    assert kept.attrs["method"] == _arviz.get_group(exports["nuts"], "posterior").attrs["method"]
