@@ -1,5 +1,6 @@
-"""Tall data with the defaults: Pyro's tutorial regression on 20,000 rows, called as a NUTS user
-calls it, gives converged draws of the right posterior (over 100 epochs of sampling).
+"""Tall data with the defaults: Pyro's tutorial regression (``BayesianRegression``) on 20,000
+rows, called as a NUTS user calls it, gives converged draws of the right posterior (over 100
+epochs of sampling).
 
 With 20,000 rows the posterior is Gaussian to a fraction of a percent (Bernstein-von Mises): the
 weights' mean is the least-squares fit with covariance :math:`\\hat\\sigma^2 (X^\\top X)^{-1}`,
@@ -15,11 +16,10 @@ import warnings
 
 import numpy as np
 import pyro
-import pyro.distributions as dist
 import pytest
 import torch
 from pyro.infer import MCMC
-from pyro.nn import PyroModule, PyroSample
+from pyro_tutorial_models import BayesianRegression
 from stats_helpers import assert_mean_close, effective_sample_size
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD
@@ -27,23 +27,6 @@ from pyro_sgmcmc import PSGLD, SGHMC, SGLD
 pytestmark = pytest.mark.slow
 
 ROWS = 20_000
-
-
-class TutorialRegression(PyroModule):
-    """Pyro's Bayesian regression tutorial's model, three features."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = PyroModule[torch.nn.Linear](3, 1)
-        self.linear.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 3]).to_event(2))
-        self.linear.bias = PyroSample(dist.Normal(0.0, 10.0).expand([1]).to_event(1))
-
-    def forward(self, x, y=None):
-        sigma = pyro.sample("sigma", dist.Uniform(0.0, 10.0))
-        mean = self.linear(x).squeeze(-1)
-        with pyro.plate("data", x.shape[0]):
-            pyro.sample("obs", dist.Normal(mean, sigma), obs=y)
-        return mean
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +50,7 @@ def _large_sample_posterior(x, y):
 def test_the_defaults_converge_on_twenty_thousand_rows(data, kernel):
     x, y = data
     pyro.set_rng_seed(1)
-    mcmc = MCMC(kernel(TutorialRegression(), batch_size=100), num_samples=600, warmup_steps=200,
+    mcmc = MCMC(kernel(BayesianRegression(3), batch_size=100), num_samples=600, warmup_steps=200,
                 num_chains=2, disable_progbar=True)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "not converged", no sampler warning

@@ -10,9 +10,8 @@ on it, and R-hat and ESS look fine.
 The check, before sampling: at two draws from the prior, each latent site's likelihood gradient
 (on the unconstrained scale, over :data:`ROWS` rows spread evenly over the data) is exactly zero
 in every coordinate, yet the likelihood changes when the site moves by :data:`SHIFT` on that
-scale. Sites
-that the likelihood ignores altogether are not flagged (their posterior is their prior), nor are
-sites drawn by exact Gibbs updates.
+scale. Sites that the likelihood ignores altogether are not flagged (their posterior is their
+prior), nor are sites drawn by exact Gibbs updates.
 """
 
 from __future__ import annotations
@@ -54,15 +53,14 @@ def find_blind_sites(
     rows = rows.round().long().unique()
     model, args, kwargs = plate.bind(structure.model, args, kwargs, rows)
     candidates = [name for name in structure.latent_sites if name not in set(skip)]
-    blind: set[str] | None = None
+    blind = set(candidates)
     for draw in range(DRAWS):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(draw)
-            found = _blind_at_a_prior_draw(model, args, kwargs, structure, candidates)
-        blind = set(found) if blind is None else blind & set(found)
+            blind &= set(_blind_at_a_prior_draw(model, args, kwargs, structure, candidates))
         if not blind:
             return []
-    return [name for name in candidates if name in (blind or set())]
+    return [name for name in candidates if name in blind]
 
 
 def _blind_at_a_prior_draw(

@@ -330,14 +330,14 @@ def _refuse_a_prior_without_sampler(model, args, kwargs, error: NotImplementedEr
     name the site and what works instead (a proper prior)."""
     last = _LastSampleSite()
     try:
-        with torch.random.fork_rng(), last:
+        with torch.random.fork_rng(devices=[]), last:
             model(*args, **kwargs)
     except NotImplementedError:
         pass
     if last.name is None or last.fn is None:
         return
     try:
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(devices=[]):
             last.fn.sample()
         return  # that site's prior draws: the error came from elsewhere in the model
     except NotImplementedError:
