@@ -121,7 +121,13 @@ from . import _arviz
 from ._validation import as_tensor_arguments, check_positive_int
 from .errors import ModelContractError, ModelMismatchError, ModelMismatchWarning
 from .kernels.base import StochasticGradientKernel
-from .model_structure import has_hidden_units, plate_chunks, with_global_sites
+from .model_structure import (
+    has_hidden_units,
+    plate_chunks,
+    plate_frame,
+    rows_log_prob,
+    with_global_sites,
+)
 from .nn.mlp import ACTIVATIONS, BayesianMLP
 from .svi import SVIResult, global_param_mode
 
@@ -354,27 +360,8 @@ def _tensor_arguments(
     return {name: _numpy(v) for name, v in named.items() if isinstance(v, torch.Tensor)}
 
 
-def _plate_frame(site: Mapping[str, Any], plate_name: str) -> Any:
-    return next((f for f in site["cond_indep_stack"] if f.name == plate_name), None)
-
-
 def _plate_axis_of_value(site: Mapping[str, Any], frame: Any) -> int:
     return site["value"].dim() - site["fn"].event_dim + frame.dim
-
-
-def _rows_log_prob(site: Mapping[str, Any], obs: torch.Tensor, frame: Any) -> torch.Tensor:
-    """Unscaled :math:`\\log p(y\\mid\\theta)` per row of the plate; other batch dims summed."""
-    log_prob = site["fn"].log_prob(obs)
-    mask = site.get("mask")
-    if mask is not None and mask is not True:
-        log_prob = torch.where(torch.as_tensor(mask), log_prob, torch.zeros_like(log_prob))
-    if frame is None:
-        return log_prob.sum().reshape(1)
-    batch_dims = len(site["fn"].batch_shape)
-    log_prob = log_prob.expand(site["fn"].batch_shape) if log_prob.dim() < batch_dims else log_prob
-    axis = log_prob.dim() + frame.dim
-    moved = log_prob.movedim(axis, 0)
-    return moved.reshape(moved.shape[0], -1).sum(-1)
 
 
 class _DataError(ValueError):
@@ -590,7 +577,7 @@ class _DrawParts:
         for name, site in trace.nodes.items():
             if site["type"] != "sample" or site_is_subsample(site):
                 continue
-            frame = _plate_frame(site, plate_name)
+            frame = plate_frame(site, plate_name)
             if not site["infer"].get("was_observed", False):
                 if wants.log_joint and chunk == 0 and name in latents:
                     self.log_joint += float(site["fn"].log_prob(site["value"]).sum())
@@ -629,7 +616,7 @@ class _DrawParts:
         if self.first_draw:
             _check_support(wants.label, name, site, site["infer"]["obs"])
         if wants.log_likelihood or wants.log_joint:
-            rows_lp = _rows_log_prob(site, site["infer"]["obs"], frame)[: keep or None]
+            rows_lp = rows_log_prob(site, site["infer"]["obs"], frame)[: keep or None]
             if wants.log_likelihood:
                 self.log_likelihood.setdefault(name, []).append(rows_lp)
             self.log_joint += float(rows_lp.sum())
@@ -744,7 +731,7 @@ def _observed_in_plate(model, latents, args, kwargs, plate_name) -> list[str]:
         if site["type"] == "sample"
         and site["is_observed"]
         and not site_is_subsample(site)
-        and _plate_frame(site, plate_name) is not None
+        and plate_frame(site, plate_name) is not None
         and not site["infer"].get("_deterministic", False)
     ]
 

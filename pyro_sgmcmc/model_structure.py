@@ -46,7 +46,9 @@ __all__ = [
     "has_hidden_units",
     "inspect_model",
     "plate_chunks",
+    "plate_frame",
     "resolve_batch_size",
+    "rows_log_prob",
     "with_global_sites",
 ]
 
@@ -282,6 +284,28 @@ def _plate_names(trace: Trace) -> list[str]:
             if frame.vectorized and frame.name not in names:
                 names.append(frame.name)
     return names
+
+
+def plate_frame(site: Mapping[str, Any], plate_name: str) -> Any:
+    """The frame of the plate ``plate_name`` in a trace site's stack (``None``: not in it)."""
+    return next((f for f in site["cond_indep_stack"] if f.name == plate_name), None)
+
+
+def rows_log_prob(site: Mapping[str, Any], obs: torch.Tensor, frame: Any) -> torch.Tensor:
+    r"""Unscaled :math:`\log p(y_n \mid \theta)` of a trace site per row :math:`n` of the plate
+    whose ``frame`` is given (masked rows count zero; other batch dimensions are summed); a site
+    outside the plate (``frame=None``) gives its whole log-probability as one entry."""
+    log_prob = site["fn"].log_prob(obs)
+    mask = site.get("mask")
+    if mask is not None and mask is not True:
+        log_prob = torch.where(torch.as_tensor(mask), log_prob, torch.zeros_like(log_prob))
+    if frame is None:
+        return log_prob.sum().reshape(1)
+    batch_dims = len(site["fn"].batch_shape)
+    log_prob = log_prob.expand(site["fn"].batch_shape) if log_prob.dim() < batch_dims else log_prob
+    axis = log_prob.dim() + frame.dim
+    moved = log_prob.movedim(axis, 0)
+    return moved.reshape(moved.shape[0], -1).sum(-1)
 
 
 def _in_plate(site: Mapping[str, Any], plate_name: str) -> bool:

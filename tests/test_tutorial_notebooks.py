@@ -127,3 +127,26 @@ def test_the_command_line_check_fails_with_the_command_to_run(copied, monkeypatc
 def test_smoke_runs_may_not_overwrite_the_committed_notebooks():
     with pytest.raises(SystemExit):
         run_all.main(["--output", str(TUTORIALS), "01"])
+
+
+def test_the_tutorials_executed_under_arviz1_are_the_ones_that_call_arviz():
+    """CI executes each tutorial once: the ones that call ArviZ under 1.x (``tests-arviz1``),
+    the others in ``tutorials``. Every name the noxfile lists must be a tutorial, and every
+    tutorial that imports ArviZ itself must be listed."""
+    import ast
+
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    listed = next(
+        ast.literal_eval(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(getattr(target, "id", None) == "ARVIZ_TUTORIALS" for target in node.targets)
+    )
+    prefixes = {source.stem[:2] for source in SOURCES}
+    assert set(listed) <= prefixes
+    calling_arviz = {
+        source.stem[:2]
+        for source in SOURCES
+        if "import arviz" in source.read_text() or "from arviz" in source.read_text()
+    }
+    assert calling_arviz <= set(listed), sorted(calling_arviz - set(listed))

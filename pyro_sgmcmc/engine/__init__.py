@@ -11,6 +11,11 @@ module                     job
 :mod:`.estimators`         gradient estimators: minibatch, control variates
 :mod:`.minibatch`          per-chain minibatch streams (epoch-wise or independent)
 :mod:`.divergence`         divergence detection (non-finite values, blow-ups) and bookkeeping
+:mod:`.health`             after a run: chains or coordinates that did not move, chains too hot
+:mod:`.fit_check`          after warm-up: a chain whose fit to the data collapsed
+:mod:`.blind_sites`        before sampling: latent sites the likelihood's gradient cannot see
+:mod:`.thinning`           the thinning the warm-up chooses from the autocorrelation it measures
+:mod:`.report`             what the warm-up chose, as ``diagnostics()`` reports it
 :mod:`.gibbs_blocks`       exact conditional updates of some sites, chain by chain
 :mod:`.layout`             the flat ``(C, D)`` layout of the moving sites
 :mod:`.seeds`              the per-chain seed derivation

@@ -225,6 +225,9 @@ class AdaptiveControl(StepControl):
         self.offset = OffsetMeter(like)
         self.curvature: torch.Tensor | None = None
         self.direction: torch.Tensor | None = None
+        # (label, flat position, fixed sites) at the end of the descent and of the first
+        # windows: the fit check at the end of warm-up compares the chains' fit with them
+        self.milestones: list[tuple[str, torch.Tensor, dict[str, torch.Tensor]]] = []
         # (C, D) how fast each coordinate mixed over the last window (see mixing_slowdown)
         self.last_window_rate: torch.Tensor | None = None
         # control_variate="auto": positions of the first window (the centres), then the noise
@@ -315,12 +318,24 @@ class AdaptiveControl(StepControl):
         if t >= self.probe_start and t % self.probe_every == 0:
             self._probe(engine)
         if t in self.window_ends:
+            if t < self.window_ends[-1]:
+                self._keep_milestone(engine)
             if t == self.window_ends[2]:
                 self._choose_control_variate(engine)
             self._end_window(engine)
             if t == self.window_ends[1] and _auto_control_variate(engine):
                 centre = self.position_sum / max(self.position_count, 1)
                 engine.estimator.set_centre(centre, engine.fixed)
+
+    def _keep_milestone(self, engine: ChainEngine) -> None:
+        """Keep the chains' state at the end of the descent or of an adaptation window
+        (:mod:`.fit_check`)."""
+        if engine.t == self.descent_end:
+            label = "the end of the descent"
+        else:
+            label = f"{100 * engine.t / self.window_ends[-1]:.0f}% of warm-up"
+        fixed = {name: value.clone() for name, value in engine.fixed.items()}
+        self.milestones.append((label, engine.position.clone(), fixed))
 
     def _update_boost(self, engine: ChainEngine, ramped: bool) -> None:
         """Delta-bar-delta on the descent's rates: grow where the gradient's running mean
@@ -694,7 +709,7 @@ class AdaptiveControl(StepControl):
     _STATE = ("rate", "step", "window_start", "square", "count", "boost", "trend", "fisher",
               "curvature", "curvature_sum", "noise_sum", "probes", "frozen",
               "window_diverged", "direction", "last_window_rate", "position_sum",
-              "position_count", "pair_sum", "pair_count", "friction")  # fmt: skip
+              "position_count", "pair_sum", "pair_count", "friction", "milestones")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         state = {
@@ -702,6 +717,7 @@ class AdaptiveControl(StepControl):
             for name in self._STATE
             for value in [getattr(self, name)]
         }
+        state["milestones"] = list(self.milestones)
         state["offset"] = self.offset.state_dict()
         state["metric"] = None if self.metric is None else tuple(self.metric)
         state["dense"] = None if self.dense is None else self.dense.state_dict()
@@ -711,6 +727,7 @@ class AdaptiveControl(StepControl):
         for name in self._STATE:
             value = state.get(name)  # last_window_rate: absent from older checkpoints
             setattr(self, name, value.clone() if isinstance(value, torch.Tensor) else value)
+        self.milestones = list(state.get("milestones") or [])  # absent from older checkpoints
         self.offset.load_state_dict(state["offset"])
         self.metric = None if state["metric"] is None else DenseMetric(*state["metric"])
         if self.dense is not None:

@@ -48,6 +48,7 @@ from .estimators import (
     MinibatchGradient,
     find_centre,
 )
+from .fit_check import check_fit
 from .gibbs_blocks import GibbsBlocks, supports_temperature
 from .health import check_classifier, check_draws, warn_all
 from .layout import FlatLayout
@@ -117,24 +118,37 @@ class PreparedChains:
         }
 
     def warmup_messages(self, args: tuple, kwargs: Mapping[str, Any]) -> list[str]:
-        """What is wrong after warm-up: chains still on their way, a classifier at chance."""
+        """What is wrong after warm-up: chains still on their way, a classifier at chance, a fit
+        far worse than earlier in warm-up."""
         engine = self.engine
         ids = engine.monitor.chain_ids
+        now = self.constrain(self.draw())
         messages = list(getattr(engine.control, "warmup_report", lambda _: [])(ids))
         messages += check_classifier(
-            self.structure.model, args, kwargs, self.constrain(self.draw()), self.structure.plate,
-            ids,
-        )  # fmt: skip
+            self.structure.model, args, kwargs, now, self.structure.plate, ids
+        )
+        milestones = [
+            (label, self.constrain({**engine.layout.unflatten(flat), **fixed}))
+            for label, flat, fixed in getattr(engine.control, "milestones", [])
+        ]
+        messages += check_fit(
+            self.structure, args, kwargs, milestones, now, engine.temperature, ids
+        )
         return messages
 
     def final_messages(self, draws: Mapping[str, torch.Tensor]) -> list[str]:
-        """What is wrong after sampling: chains that did not move or ran too hot (``draws`` are
-        the kept unconstrained draws, ``(C, S, ...)`` per site)."""
+        """What is wrong after sampling: chains, or coordinates of a site, that did not move,
+        chains that ran too hot (``draws`` are the kept unconstrained draws, ``(C, S, ...)``
+        per site)."""
         engine = self.engine
         # constant SGD has no temperature to compare with: its spread is Mandt et al.'s
         found = engine.virial.estimate() if engine.algorithm.uses_temperature else None
         virial = None if found is None else (*found, engine.virial.too_hot(engine.temperature))
-        return check_draws(draws, virial, engine.temperature, engine.monitor.chain_ids)
+        scale = engine.control.posterior_scale()
+        scales = None if scale is None else engine.layout.unflatten(scale)
+        return check_draws(
+            draws, virial, engine.temperature, engine.monitor.chain_ids, posterior_scales=scales
+        )
 
     def constrain(self, values: Mapping[str, torch.Tensor]) -> TensorDict:
         """Constrained values of unconstrained ones (any number of leading dimensions)."""

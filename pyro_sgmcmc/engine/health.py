@@ -6,6 +6,14 @@ whole and warn (:class:`SamplerWarning`):
 * **a chain that does not move**: during sampling every coordinate of every site stayed where it
   was (to within :math:`10^{-12}` of its scale) -- a step size far too small, or a chain stuck
   in divergences;
+* **coordinates that do not move**: with the adaptive warm-up, which measures each coordinate's
+  posterior standard deviation :math:`\sigma_i`, coordinates whose kept draws (at least
+  :data:`FROZEN_MIN_DRAWS`) spread less than :data:`FROZEN` :math:`\sigma_i` -- the step chosen
+  for them cannot move them in this run (the outgoing weights of a ReLU unit that is off on every
+  training row, left by the descent far from where the prior would pull them). Moving one
+  :math:`\sigma_i` takes about :math:`1/(e_i H_{ii})` steps of size :math:`e_i`; a spread of
+  :math:`10^{-3}\sigma_i` over the run means :math:`e_i H_{ii}` times the run's length is below
+  about :math:`10^{-6}`;
 * **a chain that is too hot**: its configurational temperature
   (:class:`~pyro_sgmcmc.engine.virial.VirialMeter`) over the sampling phase exceeds
   :math:`1.5\,T` by four standard errors -- a step size too large for the curvature, or gradient
@@ -28,7 +36,14 @@ from pyro import poutine
 from ..errors import SamplerWarning
 from ..model_structure import DataPlate
 
-__all__ = ["check_classifier", "check_draws", "warn_all"]
+__all__ = ["FROZEN", "FROZEN_MIN_DRAWS", "check_classifier", "check_draws", "warn_all"]
+
+#: A coordinate whose kept draws spread less than this fraction of its posterior standard
+#: deviation (as the warm-up measured it) is reported as frozen.
+FROZEN = 1e-3
+#: ... when there are at least this many kept draws (independent draws of a coordinate spread
+#: that little with probability about ``FROZEN ** (S - 1)``).
+FROZEN_MIN_DRAWS = 10
 
 
 def warn_all(messages: list[str], stacklevel: int = 3) -> None:
@@ -42,8 +57,10 @@ def check_draws(
     virial: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
     temperature: float,
     chain_ids: list[int],
+    posterior_scales: Mapping[str, torch.Tensor] | None = None,
 ) -> list[str]:
-    """Messages about chains that did not move or ran too hot (see the module docstring).
+    """Messages about chains or coordinates that did not move, and chains that ran too hot
+    (see the module docstring).
 
     Parameters
     ----------
@@ -57,8 +74,12 @@ def check_draws(
         The chains' target temperature :math:`T`.
     chain_ids:
         The run's index of each chain, for the messages.
+    posterior_scales:
+        Per moving site, ``(C, ...)`` posterior standard deviations of its coordinates as the
+        warm-up measured them (``None``: unknown, no per-coordinate check).
     """
     messages = []
+    still = set()
     if draws and next(iter(draws.values())).shape[1] >= 2:
         spread = torch.stack(
             [
@@ -67,11 +88,14 @@ def check_draws(
             ]
         ).amax(0)
         for index in (spread < 1e-12).nonzero().flatten().tolist():
+            still.add(index)
             messages.append(
                 f"chain {chain_ids[index]} did not move during sampling (largest relative spread "
                 f"of a coordinate {float(spread[index]):.1e}): its step size is far too small, "
                 "or every step diverged"
             )
+    if posterior_scales is not None:
+        messages += _frozen_coordinates(draws, posterior_scales, chain_ids, skip=still)
     if virial is not None:
         value, error, hot = virial
         for index in hot.nonzero().flatten().tolist():
@@ -83,6 +107,51 @@ def check_draws(
                 "size unset for the adaptive warm-up"
             )
     return messages
+
+
+def _frozen_coordinates(
+    draws: Mapping[str, torch.Tensor],
+    scales: Mapping[str, torch.Tensor],
+    chain_ids: list[int],
+    skip: set[int],
+) -> list[str]:
+    """Messages about the coordinates whose draws spread less than :data:`FROZEN` of their
+    posterior standard deviation, one per chain and site."""
+    messages = []
+    for name, scale in scales.items():
+        value = draws.get(name)
+        if value is None or value.shape[1] < FROZEN_MIN_DRAWS:
+            continue
+        spread = value.double().std(1)
+        frozen = spread < FROZEN * scale.to(spread)
+        for chain in range(value.shape[0]):
+            count = int(frozen[chain].sum())
+            if chain in skip or count == 0:
+                continue
+            # the one furthest from zero, as an example (where a descent left it)
+            where = torch.where(frozen[chain], value[chain, -1].abs().double(), -1.0)
+            index = _index(int(where.argmax()), value.shape[2:])
+            messages.append(
+                f"chain {chain_ids[chain]}: {count} of {frozen[chain].numel()} coordinates of "
+                f"site {name!r} did not move during sampling, e.g. {name}{index} = "
+                f"{float(value[chain, -1][index]):.4g} (unconstrained) in all "
+                f"{value.shape[1]} kept draws, spread {float(spread[chain][index]):.2g} for a "
+                f"posterior standard deviation of about {float(scale[chain][index]):.2g}: their "
+                "draws are a single point, not the posterior. The warm-up chose steps too small "
+                "to move them (a ReLU unit that is off on every training row has no likelihood "
+                "gradient for its outgoing weights). Run again with more warm-up draws or "
+                "another seed"
+            )
+    return messages
+
+
+def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
+    """The multi-index of position ``flat`` in an array of ``shape`` (row-major)."""
+    index = []
+    for size in reversed(shape):
+        index.append(flat % size)
+        flat //= size
+    return tuple(reversed(index))
 
 
 def check_classifier(

@@ -1,0 +1,153 @@
+"""Sick chains are named: a chain whose fit collapsed during warm-up, coordinates that did not
+move during sampling; healthy runs raise neither alarm."""
+
+from __future__ import annotations
+
+import warnings
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import MCMC
+from pyro_tutorial_models import BayesianRegression
+
+from pyro_sgmcmc import SGHMC, SGLD
+from pyro_sgmcmc.engine import prepare_chains
+from pyro_sgmcmc.engine.fit_check import MARGIN, check_fit
+from pyro_sgmcmc.engine.health import FROZEN, check_draws
+from pyro_sgmcmc.errors import SamplerWarning
+from pyro_sgmcmc.model_structure import inspect_model
+
+
+def _regression_data(num_data: int = 400, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_data, 3, generator=generator)
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 3.0 + 0.5 * torch.randn(num_data, generator=generator)
+    return x, y
+
+
+def _values(weight, bias, sigma):
+    """Constrained values of ``BayesianRegression(3)`` for two chains, ``(2, ...)`` per site."""
+    return {
+        "linear.weight": torch.as_tensor(weight, dtype=torch.float32).reshape(2, 1, 3),
+        "linear.bias": torch.as_tensor(bias, dtype=torch.float32).reshape(2, 1),
+        "sigma": torch.as_tensor(sigma, dtype=torch.float32).reshape(2),
+    }
+
+
+def _structure(model, x, y):
+    pyro.clear_param_store()
+    return inspect_model(model, (x, y), {})
+
+
+def test_a_chain_thrown_to_a_flat_likelihood_is_named_and_a_sampled_one_is_not():
+    x, y = _regression_data()
+    model = BayesianRegression(3)
+    structure = _structure(model, x, y)
+    good = [[1.0, -2.0, 0.5], [1.0, -2.0, 0.5]]
+    milestones = [("the end of the descent", _values(good, [3.0, 3.0], [0.5, 0.5]))]
+    # chain 0: a posterior draw's distance from the best fit; chain 1: noise scale grown to
+    # 20 times the residuals' and the fit lost (the issue's stuck chain)
+    now = _values([[1.02, -2.01, 0.49], [0.0, 0.0, 0.0]], [3.01, 0.0], [0.51, 9.0])
+    messages = check_fit(structure, (x, y), {}, milestones, now, 1.0, [0, 1])
+    assert len(messages) == 1
+    assert messages[0].startswith("chain 1 fits the training data far worse")
+    assert "the end of the descent" in messages[0] and "per row" in messages[0]
+
+
+def test_the_fit_check_allows_what_sampling_at_the_temperature_costs():
+    """A fit worse by less than MARGIN nats per row is never reported."""
+    x, y = _regression_data()
+    model = BayesianRegression(3)
+    structure = _structure(model, x, y)
+    weight = [[1.0, -2.0, 0.5], [1.0, -2.0, 0.5]]
+    milestones = [("60% of warm-up", _values(weight, [3.0, 3.0], [0.5, 0.5]))]
+    # a noise scale 1.4 times too large costs log(1.4) + (1/1.4^2 - 1)/2 = 0.09 nats per row
+    now = _values(weight, [3.0, 3.0], [0.7, 0.7])
+    assert 0.09 < MARGIN
+    assert check_fit(structure, (x, y), {}, milestones, now, 1.0, [0, 1]) == []
+
+
+def test_frozen_coordinates_are_named_with_their_site_and_value():
+    generator = torch.Generator().manual_seed(1)
+    draws = {"w": torch.randn(2, 50, 3, 4, generator=generator), "b": torch.randn(2, 50, 4)}
+    draws["w"][1, :, 2, 1] = 108.6  # one coordinate of chain 1 never moves
+    scales = {"w": torch.ones(2, 3, 4), "b": torch.ones(2, 4)}
+    messages = check_draws(draws, None, 1.0, [0, 1], posterior_scales=scales)
+    assert len(messages) == 1
+    message = messages[0]
+    assert message.startswith("chain 1: 1 of 12 coordinates of site 'w' did not move")
+    assert "w(2, 1) = 108.6" in message and "in all 50 kept draws" in message
+    # a coordinate that moves a tenth of its posterior sd is not frozen; a chain with few
+    # draws is not judged
+    draws["w"][1, :, 2, 1] = 108.6 + 0.1 * torch.randn(50, generator=generator)
+    assert check_draws(draws, None, 1.0, [0, 1], posterior_scales=scales) == []
+    few = {name: value[:, :5].clone() for name, value in draws.items()}
+    few["w"][1, :, 2, 1] = 108.6
+    assert check_draws(few, None, 1.0, [0, 1], posterior_scales=scales) == []
+    assert FROZEN < 0.1 / 50
+
+
+def test_a_chain_that_did_not_move_at_all_gets_one_message():
+    draws = {"w": torch.zeros(1, 20, 3)}
+    messages = check_draws(draws, None, 1.0, [0], posterior_scales={"w": torch.ones(1, 3)})
+    assert len(messages) == 1 and "did not move during sampling (largest" in messages[0]
+
+
+@pytest.mark.parametrize("kernel", [SGLD, SGHMC], ids=lambda k: k.__name__)
+def test_a_chain_moved_off_its_fit_at_the_end_of_warmup_is_named(kernel):
+    """End to end: the warm-up keeps its milestones; a healthy chain raises no alarm, the
+    same chain moved to where it fits nothing (every weight 0, sigma 5) is named."""
+    x, y = _regression_data()
+    pyro.clear_param_store()
+    sampler = kernel(BayesianRegression(3), batch_size=50, seed=3)
+    chains = prepare_chains(sampler.settings, sampler.rule, sampler.options, sampler.model,
+                            (x, y), {}, chains=[0, 1], warmup_draws=60)  # fmt: skip
+    engine = chains.engine
+    for _ in range(60):
+        engine.draw()
+    labels = [label for label, _, _ in engine.control.milestones]
+    assert labels == ["the end of the descent", "60% of warm-up", "75% of warm-up"]
+    assert chains.warmup_messages((x, y), {}) == []
+    moved = engine.position.clone()
+    moved[1] = 0.0
+    engine.start(moved, engine.fixed)
+    messages = chains.warmup_messages((x, y), {})
+    assert len(messages) == 1 and messages[0].startswith("chain 1 fits the training data")
+
+
+def heteroscedastic_network(x, y=None):
+    """A network with an input-dependent noise scale: its mode over-fits, the posterior
+    does not; the fit check must not mistake one for the other."""
+    hidden = 16
+    w1 = pyro.sample("w1", dist.Normal(0.0, 1.0).expand([1, hidden]).to_event(2))
+    b1 = pyro.sample("b1", dist.Normal(0.0, 1.0).expand([hidden]).to_event(1))
+    w2 = pyro.sample("w2", dist.Normal(0.0, 1.0).expand([hidden, 2]).to_event(2))
+    features = torch.tanh(x @ w1 + b1)
+    out = features @ w2
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(out[..., 0], out[..., 1].exp() + 1e-3), obs=y)
+
+
+def test_a_heteroscedastic_network_raises_no_fit_alarm():
+    generator = torch.Generator().manual_seed(4)
+    x = torch.rand(300, 1, generator=generator) * 6 - 3
+    y = torch.sin(x[:, 0]) + (0.05 + 0.3 * x[:, 0].abs()) * torch.randn(300, generator=generator)
+    pyro.clear_param_store()
+    mcmc = MCMC(SGHMC(heteroscedastic_network, batch_size=32, seed=5), 20, warmup_steps=100)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(x, y)
+    assert not _sick_chain_alarms(caught)
+
+
+def _sick_chain_alarms(caught) -> list[str]:
+    return [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, SamplerWarning)
+        and (
+            "fits the training data far worse" in str(w.message) or "did not move" in str(w.message)
+        )
+    ]
