@@ -296,9 +296,11 @@ def run_chains(
         (:mod:`pyro_sgmcmc.diagnostics`, with this total bulk and tail ESS required besides
         100 per chain) and, while it has not converged, draw more in rounds (each as many
         draws as the verdict's "run about k times longer" asks, at least a tenth more), until
-        it converges or ``max_seconds`` are spent. The draws are those of a fixed-length run of
-        the same total length, bit for bit; checkpoints are written after each round and a
-        resumed run goes on with its rounds.
+        it converges or ``max_seconds`` are spent (without ``max_seconds``: until
+        :data:`ROUNDS_LIMIT` times ``max(num_samples, target_ess / num_chains)`` draws per
+        chain, so that a run that cannot converge ends).
+        The draws are those of a fixed-length run of the same total length, bit for bit;
+        checkpoints are written after each round and a resumed run goes on with its rounds.
     max_seconds:
         The budget of sampling seconds for the rounds (the first ``num_samples`` draws are
         always made); alone, it runs rounds until the default bounds are met.
@@ -352,7 +354,8 @@ def run_chains(
         _sample(chains, recorder, warmup_steps + num_samples, callback, saver, (args, kwargs))
         if saver.round_target is not None:  # resumed in the middle of a round: finish it
             _sample(chains, recorder, saver.round_target, callback, saver, (args, kwargs))
-        rounds = _Rounds(chains, recorder, target_ess, max_seconds, sampling_start)
+        rounds = _Rounds(chains, recorder, target_ess, max_seconds, sampling_start,
+                         num_samples, num_chains)  # fmt: skip
         verdict = rounds.judge()
         while rounds.wanted and not verdict.converged:
             more = rounds.more_draws(verdict)
@@ -383,11 +386,23 @@ def _check_budget(
             None if max_seconds is None else float(max_seconds))  # fmt: skip
 
 
+#: Without ``max_seconds``, a run until converged (``target_ess``) stops at this many times
+#: ``max(num_samples, target_ess / num_chains)`` draws per chain (a run that cannot converge
+#: must still end).
+ROUNDS_LIMIT = 10
+
+
 class _Rounds:
     """Judges a run after its draws and, for a run until converged, sizes its next round."""
 
-    def __init__(self, chains, recorder, target_ess, max_seconds, started: float) -> None:
+    def __init__(
+        self, chains, recorder, target_ess, max_seconds, started: float, num_samples: int,
+        num_chains: int,
+    ) -> None:  # fmt: skip
         self.chains, self.recorder = chains, recorder
+        # without a time budget, the rounds stop at ROUNDS_LIMIT times the draws a chain needs
+        needed = max(num_samples, math.ceil((target_ess or 0) / num_chains))
+        self.max_draws = None if max_seconds is not None else ROUNDS_LIMIT * needed
         self.target_ess, self.max_seconds = target_ess, max_seconds
         self.wanted = target_ess is not None or max_seconds is not None
         self.started = started
@@ -409,8 +424,11 @@ class _Rounds:
         """As many draws as the verdict asks for (at least a tenth more), within the budget."""
         count = self.recorder.count
         wanted = max(math.ceil(count * 1.1 * (verdict.longer - 1.0)), math.ceil(count / 10), 1)
-        if self.max_seconds is None:
-            return wanted
+        if self.max_draws is not None:
+            if count >= self.max_draws:
+                self.spent = True
+                return 0
+            return min(wanted, self.max_draws - count)
         now = time.perf_counter()
         since, drawn = self.kept_since
         per_draw = (now - since) / max(count - drawn, 1)
@@ -426,7 +444,12 @@ class _Rounds:
         """The end-of-run warning of an unconverged run."""
         count = self.recorder.count
         text = f"run_chains: {count} draws per chain, {verdict}"
-        if self.spent:
+        if self.spent and self.max_draws is not None:
+            text += (
+                f" (stopped at {ROUNDS_LIMIT} times max(num_samples, target_ess / num_chains) "
+                "draws; give max_seconds for a budget in time instead)"
+            )
+        elif self.spent:
             text += f" (the budget of max_seconds={self.max_seconds:g} is spent)"
         elif not self.wanted:
             text += " (run_chains(..., target_ess=...) draws until it has)"

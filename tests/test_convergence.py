@@ -168,8 +168,9 @@ def test_target_ess_draws_until_converged_and_equals_a_fixed_length_run(y):
     kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=2, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SamplerWarning)
+        # a time budget (no cap on the draws) that this run never comes near
         rounds = run_chains(kernel, y, num_chains=2, num_samples=20, warmup_steps=400,
-                            target_ess=200)  # fmt: skip
+                            target_ess=200, max_seconds=600)  # fmt: skip
     assert rounds.verdict.converged
     assert rounds.num_draws > 20
     ess = effective_sample_size(rounds.samples["mu"].double().numpy()[..., None])[0]
@@ -210,6 +211,17 @@ def test_a_spent_budget_says_so(y):
     with pytest.warns(SamplerWarning, match=r"not converged: .* budget of max_seconds=0\.5"):
         result = run_chains(kernel, y, num_chains=2, num_samples=10, warmup_steps=30,
                             target_ess=1e9, max_seconds=0.5)  # fmt: skip
+    assert not result.verdict.converged
+
+
+def test_a_run_that_cannot_converge_stops_at_ten_times_its_draws(y):
+    """Without max_seconds, the rounds end at ROUNDS_LIMIT x max(num_samples, target_ess /
+    num_chains) draws per chain, and say so."""
+    kernel = SGLD(normal_mean, step_size=1e-7, batch_size=20, num_steps_per_sample=1, seed=0)
+    with pytest.warns(SamplerWarning, match=r"not converged: .*\(stopped at 10 times max\("):
+        result = run_chains(kernel, y, num_chains=2, num_samples=10, warmup_steps=5,
+                            target_ess=40)  # fmt: skip
+    assert result.num_draws == 10 * 20
     assert not result.verdict.converged
 
 
