@@ -34,7 +34,8 @@ matrix.
    :math:`V_i`, one Langevin step inflates the stationary variance by a factor
    :math:`1 + e_i H_i/2` (discretisation) and :math:`1 + e_i V_i / (2 b T)` (gradient noise), so
    both biases are bounded in every coordinate, whatever the scales of the model, the data size
-   and the batch size. A window with a divergence halves :math:`h`; so does a last window whose
+   and the batch size. A window with a divergence halves :math:`h` (and its measurements are
+   dropped: those along an unstable trajectory are not the posterior's); so does a last window whose
    configurational temperature :math:`\langle (z - \bar z)\cdot \nabla U\rangle / D`, which
    equals :math:`T` for the exact target (integration by parts), comes out far above :math:`T`
    -- the sign of a step too large for correlated directions that a diagonal step cannot see.
@@ -222,6 +223,8 @@ class AdaptiveControl(StepControl):
         self.probes = torch.zeros_like(column)
         self.frozen = False
         self.window_diverged = torch.zeros(like.shape[0], dtype=torch.bool)
+        # the measurements as they stood when the current window began (see _end_window)
+        self.window_start_sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.offset = OffsetMeter(like)
         self.curvature: torch.Tensor | None = None
         self.direction: torch.Tensor | None = None
@@ -444,7 +447,18 @@ class AdaptiveControl(StepControl):
         engine.refresh_gradient()
 
     def _end_window(self, engine: ChainEngine) -> None:
-        """New preconditioner from the measurements so far; smaller steps where needed."""
+        """New preconditioner from the measurements so far; smaller steps where needed.
+
+        A chain that diverged during the window keeps the measurements it had when the window
+        began: probes taken along an unstable trajectory (a cascade of runaway moves and
+        blow-ups) measure gradient noise and curvature many orders of magnitude above the
+        posterior's, and a preconditioner built from them freezes the chain."""
+        diverged = self.window_diverged.reshape(-1, 1).to(self.noise_sum.device)
+        if self.window_start_sums is not None and bool(diverged.any()):
+            noise, curvature, probes = self.window_start_sums
+            self.noise_sum = torch.where(diverged, noise, self.noise_sum)
+            self.curvature_sum = torch.where(diverged, curvature, self.curvature_sum)
+            self.probes = torch.where(diverged, probes, self.probes)
         if not bool((self.probes > 0).all()):
             return
         noise = self.noise_sum / self.probes
@@ -480,6 +494,9 @@ class AdaptiveControl(StepControl):
         self.curvature_sum *= 0.5
         self.noise_sum *= 0.5
         self.probes *= 0.5
+        self.window_start_sums = (
+            self.noise_sum.clone(), self.curvature_sum.clone(), self.probes.clone()
+        )  # fmt: skip
         if self.dense is not None:
             self.dense.decay()
         self.window_diverged.zero_()
@@ -708,8 +725,9 @@ class AdaptiveControl(StepControl):
     # ------------------------------------------------------------------ checkpoints
     _STATE = ("rate", "step", "window_start", "square", "count", "boost", "trend", "fisher",
               "curvature", "curvature_sum", "noise_sum", "probes", "frozen",
-              "window_diverged", "direction", "last_window_rate", "position_sum",
-              "position_count", "pair_sum", "pair_count", "friction", "milestones")  # fmt: skip
+              "window_diverged", "window_start_sums", "direction", "last_window_rate",
+              "position_sum", "position_count", "pair_sum", "pair_count", "friction",
+              "milestones")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         state = {
