@@ -43,8 +43,6 @@ MARGIN = 0.5
 #: Standard errors (of the mean over rows) the shortfall must clear.
 Z = 5.0
 
-TensorDict = dict[str, torch.Tensor]
-
 
 def rows_log_likelihood(
     model: Callable[..., Any],
