@@ -151,3 +151,15 @@ def _sick_chain_alarms(caught) -> list[str]:
             "fits the training data far worse" in str(w.message) or "did not move" in str(w.message)
         )
     ]
+
+
+def test_the_dense_sums_of_a_diverged_chain_go_back_to_the_window_start():
+    from pyro_sgmcmc.engine.dense import DenseAdaptation
+
+    dense = DenseAdaptation(torch.zeros(2, 3))
+    dense.add_noise(torch.ones(2, 3))
+    kept = dense.kept()
+    dense.add_noise(1e6 * torch.ones(2, 3))  # a cascade's probe, in both chains
+    dense.restore(kept, torch.tensor([[True], [False]]))
+    assert torch.equal(dense.noise_sum[0], kept[1][0])
+    assert float(dense.noise_sum[1].max()) > 1e11

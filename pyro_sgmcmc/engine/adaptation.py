@@ -223,8 +223,9 @@ class AdaptiveControl(StepControl):
         self.probes = torch.zeros_like(column)
         self.frozen = False
         self.window_diverged = torch.zeros(like.shape[0], dtype=torch.bool)
-        # the measurements as they stood when the current window began (see _end_window)
-        self.window_start_sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        # the measurements as they stood when the current window began (see _end_window):
+        # noise, curvature, probes, and the dense sums (None without a dense preconditioner)
+        self.window_start_sums: tuple[Any, ...] | None = None
         self.offset = OffsetMeter(like)
         self.curvature: torch.Tensor | None = None
         self.direction: torch.Tensor | None = None
@@ -455,10 +456,12 @@ class AdaptiveControl(StepControl):
         posterior's, and a preconditioner built from them freezes the chain."""
         diverged = self.window_diverged.reshape(-1, 1).to(self.noise_sum.device)
         if self.window_start_sums is not None and bool(diverged.any()):
-            noise, curvature, probes = self.window_start_sums
+            noise, curvature, probes, dense = self.window_start_sums
             self.noise_sum = torch.where(diverged, noise, self.noise_sum)
             self.curvature_sum = torch.where(diverged, curvature, self.curvature_sum)
             self.probes = torch.where(diverged, probes, self.probes)
+            if self.dense is not None and dense is not None:
+                self.dense.restore(dense, diverged)
         if not bool((self.probes > 0).all()):
             return
         noise = self.noise_sum / self.probes
@@ -494,11 +497,12 @@ class AdaptiveControl(StepControl):
         self.curvature_sum *= 0.5
         self.noise_sum *= 0.5
         self.probes *= 0.5
-        self.window_start_sums = (
-            self.noise_sum.clone(), self.curvature_sum.clone(), self.probes.clone()
-        )  # fmt: skip
         if self.dense is not None:
             self.dense.decay()
+        self.window_start_sums = (
+            self.noise_sum.clone(), self.curvature_sum.clone(), self.probes.clone(),
+            None if self.dense is None else self.dense.kept(),
+        )  # fmt: skip
         self.window_diverged.zero_()
         self.window_start = engine.t
         if engine.t == self.last_window:

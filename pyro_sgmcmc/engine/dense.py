@@ -114,6 +114,16 @@ class DenseAdaptation:
         self.hessian_sum *= 0.5
         self.noise_sum *= 0.5
 
+    def kept(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of the curvature and noise sums as they stand (for :meth:`restore`)."""
+        return self.hessian_sum.clone(), self.noise_sum.clone()
+
+    def restore(self, kept: tuple[torch.Tensor, torch.Tensor], chains: torch.Tensor) -> None:
+        """Put the sums of the chains of the ``(C, 1)`` mask ``chains`` back to ``kept``."""
+        rows = chains.reshape(-1, 1, 1)
+        self.hessian_sum = torch.where(rows, kept[0], self.hessian_sum)
+        self.noise_sum = torch.where(rows, kept[1], self.noise_sum)
+
     def metric(self, probes: torch.Tensor) -> DenseMetric:
         r""":math:`P_0 = Q |\Lambda|^{-1} Q^\top` of the average curvature."""
         hessian = self.hessian_sum / probes.clamp_min(1.0).unsqueeze(-1)
