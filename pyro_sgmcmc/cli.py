@@ -92,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     commands.add_parser("datasets", help="list the built-in data sets")
+    _add_compare_parser(commands)
+    _add_sample_parser(commands)
+    return parser
+
+
+def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
+    """Add the ``compare`` sub-command and its options to ``commands``."""
     compare = commands.add_parser(
         "compare",
         help="compare NUTS, SGHMC, SGLD, pSGLD and SVI on one data set",
@@ -141,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     display.add_argument("--no-figures", action="store_true", help="write no PNG figures")
     display.add_argument("--quiet", action="store_true", help="print only the table")
 
+
+def _add_sample_parser(commands: argparse._SubParsersAction) -> None:
+    """Add the ``sample`` sub-command and its options to ``commands``."""
     sample = commands.add_parser(
         "sample",
         help="run one method and write its InferenceData (netCDF)",
@@ -182,7 +192,6 @@ def build_parser() -> argparse.ArgumentParser:
     display = sample.add_argument_group("display")
     display.add_argument("--no-progress", action="store_true", help="hide progress bars")
     display.add_argument("--quiet", action="store_true", help="print only the result row")
-    return parser
 
 
 def _add_data_options(parser: argparse.ArgumentParser) -> None:

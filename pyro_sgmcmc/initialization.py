@@ -42,7 +42,7 @@ from .engine.layout import FlatLayout
 from .engine.minibatch import Minibatcher
 from .engine.seeds import chain_generators, chain_seeds
 from .model_structure import check_finite_data, inspect_model, resolve_batch_size
-from .potentials import make_potential
+from .potential_choice import make_potential
 
 __all__ = ["MapResult", "find_map", "init_to_fan_in", "init_to_prior"]
 

@@ -155,10 +155,15 @@ def _cli_run(results: dict[str, str]) -> None:
         "--nuts-init-steps", "20", "--steps-per-sample", "3", "--target-ess", "none",
         "--svi-steps", "20", "--no-progress",
     ]  # fmt: skip
+    here = Path.cwd()
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "results"
-        code = main(["compare", "--dataset", "sinusoid", "--out", str(out), *tiny])
-        summary = json.loads((out / "summary.json").read_text())
+        # a relative --out: summary.json names its files, and must not name a random directory
+        os.chdir(tmp)
+        try:
+            code = main(["compare", "--dataset", "sinusoid", "--out", "results", *tiny])
+            summary = json.loads(Path("results", "summary.json").read_text())
+        finally:
+            os.chdir(here)
     text = json.dumps(_without_timings(summary), sort_keys=True, indent=1)
     results["cli/summary.json"] = hashlib.sha256(f"{code}{text}".encode()).hexdigest()
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from pyro_sgmcmc import datasets
+from pyro_sgmcmc import datasets_table
 from pyro_sgmcmc.datasets import MAX_INFERRED_CLASSES, load_table
 
 
@@ -115,7 +115,7 @@ def test_parquet_without_its_packages_says_what_to_install(tmp_path, monkeypatch
     def find_spec(name, *args):
         return None if name == "pyarrow" else real_find_spec(name, *args)
 
-    monkeypatch.setattr(datasets.importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(datasets_table.importlib.util, "find_spec", find_spec)
     with pytest.raises(ImportError, match=r"needs the optional package.*pyarrow.*pip install"):
         load_table(path, "y")
 

@@ -28,7 +28,8 @@ from pyro_sgmcmc.errors import SamplerWarning
 from pyro_sgmcmc.functional_potential import FunctionalPotential, LogDensity
 from pyro_sgmcmc.model_structure import inspect_model
 from pyro_sgmcmc.nn import BayesianMLP
-from pyro_sgmcmc.potentials import TracePotential, make_potential
+from pyro_sgmcmc.potential_choice import make_potential
+from pyro_sgmcmc.potentials import TracePotential
 
 
 @pytest.fixture

@@ -23,11 +23,11 @@ from stats_helpers import (
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, SamplerDivergedError, _arviz, schedules
 from pyro_sgmcmc.engine.layout import FlatLayout
 from pyro_sgmcmc.model_structure import DataPlate
+from pyro_sgmcmc.potential_choice import make_potential
 from pyro_sgmcmc.potentials import (
     ClosedFormPotential,
     LogJointPotential,
     TracePotential,
-    make_potential,
 )
 
 # Step sizes for the conjugate regression (N = 1000, noise 0.5, posterior precision ~ 4000 I):

@@ -4,6 +4,18 @@ Every rule acts on dictionaries of tensors (one entry per latent site, in uncons
 takes the gradient of the minibatch potential at the current position, a step size, a temperature
 and a :class:`torch.Generator`, and returns a new immutable state. Nothing here knows about Pyro:
 the kernels in :mod:`pyro_sgmcmc.kernels` adapt these rules to :class:`pyro.infer.MCMC`.
+
+=========================  ===================================================================
+module                     job
+=========================  ===================================================================
+:mod:`.sgld`               SGLD (Welling & Teh, 2011)
+:mod:`.sghmc`              SGHMC with friction (Chen, Fox & Guestrin, 2014)
+:mod:`.psgld`              pSGLD with an RMSprop diagonal (Li et al., 2016)
+:mod:`.sgd`                constant-rate SGD as a sampler (Mandt, Hoffman & Blei, 2017)
+:mod:`.metric`             a constant dense preconditioner for the rules
+:mod:`.registry`           the rules by name: options, initial state, one step, reset
+:mod:`._common`            helpers the rules share: dicts of tensors, noise, step sizes
+=========================  ===================================================================
 """
 
 from .psgld import PSGLDState, psgld_init, psgld_step

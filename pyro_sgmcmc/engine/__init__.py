@@ -8,16 +8,22 @@ module                     job
 :mod:`.settings`           :class:`SamplerSettings`: the validated options every driver shares
 :mod:`.controls`           step size, phase and preconditioner per step (schedules, constant SGD)
 :mod:`.adaptation`         the tuning-free warm-up
+:mod:`.dense`              the warm-up's dense preconditioner, for models with few coordinates
+:mod:`.view`               what the controls and meters may read of the engine (a protocol)
 :mod:`.estimators`         gradient estimators: minibatch, control variates
 :mod:`.minibatch`          per-chain minibatch streams (epoch-wise or independent)
+:mod:`.noise`              the injected Gaussian noise, from each chain's generator in blocks
 :mod:`.divergence`         divergence detection (non-finite values, blow-ups) and bookkeeping
 :mod:`.health`             after a run: chains or coordinates that did not move, chains too hot
+:mod:`.virial`             the configurational temperature of a chain (a stationarity check)
 :mod:`.fit_check`          after warm-up: a chain whose fit to the data collapsed
 :mod:`.blind_sites`        before sampling: latent sites the likelihood's gradient cannot see
 :mod:`.thinning`           the thinning the warm-up chooses from the autocorrelation it measures
 :mod:`.report`             what the warm-up chose, as ``diagnostics()`` reports it
 :mod:`.gibbs_blocks`       exact conditional updates of some sites, chain by chain
 :mod:`.layout`             the flat ``(C, D)`` layout of the moving sites
+:mod:`.recorder`           the kept draws and per-draw statistics, for both drivers
+:mod:`.distributed`        chains over several processes with ``torch.distributed``
 :mod:`.seeds`              the per-chain seed derivation
 =========================  ===================================================================
 

@@ -57,6 +57,10 @@ coordinate), :math:`0.1` for SGHMC (bias about :math:`c_H/4`), :math:`c_V = 0.1`
 preconditioner is its own frozen RMSprop diagonal :math:`G`, takes the largest :math:`h` with
 :math:`h G_i \le e_i` in every coordinate.
 
+This module is one job, the warm-up's step control (:class:`AdaptiveControl`), kept whole so
+its phases read in the order they run; the dense preconditioner it may switch to lives in
+:mod:`~pyro_sgmcmc.engine.dense`, the thinning it chooses in :mod:`~pyro_sgmcmc.engine.thinning`.
+
 References
 ----------
 T. Chen, E. B. Fox and C. Guestrin, "Stochastic gradient Hamiltonian Monte Carlo", ICML 2014.
@@ -86,7 +90,7 @@ adaptation).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -95,9 +99,7 @@ from ..dynamics.psgld import rmsprop_preconditioner
 from .controls import StepControl
 from .dense import DenseAdaptation, choose_friction
 from .estimators import AutoControlVariate
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import ChainEngine
+from .view import EngineView
 
 __all__ = ["MINIMUM_WARMUP_STEPS", "AdaptiveControl"]
 
@@ -300,7 +302,7 @@ class AdaptiveControl(StepControl):
         return (scale + 0.1 * scale.mean(1, keepdim=True)).reciprocal()
 
     # ------------------------------------------------------------------ what it observes
-    def begin(self, engine: ChainEngine) -> None:
+    def begin(self, engine: EngineView) -> None:
         """Seed RMSprop's statistic with the gradient at the start (no step is ever taken
         with an empty statistic)."""
         self.offset.layout = engine.layout
@@ -308,7 +310,7 @@ class AdaptiveControl(StepControl):
             self.square.lerp_(engine.grad.square(), 0.01)
             self.count = 1
 
-    def observe(self, engine: ChainEngine) -> None:
+    def observe(self, engine: EngineView) -> None:
         t = engine.t  # steps made so far
         if t <= self.descent_end:
             self.square.lerp_(engine.grad.square(), 0.01)
@@ -331,7 +333,7 @@ class AdaptiveControl(StepControl):
                 centre = self.position_sum / max(self.position_count, 1)
                 engine.estimator.set_centre(centre, engine.fixed)
 
-    def _keep_milestone(self, engine: ChainEngine) -> None:
+    def _keep_milestone(self, engine: EngineView) -> None:
         """Keep the chains' state at the end of the descent or of an adaptation window
         (:mod:`.fit_check`)."""
         if engine.t == self.descent_end:
@@ -341,7 +343,7 @@ class AdaptiveControl(StepControl):
         fixed = {name: value.clone() for name, value in engine.fixed.items()}
         self.milestones.append((label, engine.position.clone(), fixed))
 
-    def _update_boost(self, engine: ChainEngine, ramped: bool) -> None:
+    def _update_boost(self, engine: EngineView, ramped: bool) -> None:
         """Delta-bar-delta on the descent's rates: grow where the gradient's running mean
         stands out of its noise (a consistent slope, far from the mode) and agrees in sign with
         the gradient, once the ramp is done; shrink elsewhere. A heavy ball (SGHMC) whose
@@ -360,7 +362,7 @@ class AdaptiveControl(StepControl):
         if momentum is not None:
             engine.rest_auxiliary(slope & (momentum["z"] * self.trend > 0))
 
-    def _probe(self, engine: ChainEngine) -> None:
+    def _probe(self, engine: EngineView) -> None:
         """Accumulate the gradient noise and the Hessian's diagonal at the current position."""
         grad = engine.grad
         difference = None
@@ -392,7 +394,7 @@ class AdaptiveControl(StepControl):
             if difference is not None:
                 self.dense.add_noise(torch.where(finite, difference, 0.0))
 
-    def _comparing_estimators(self, engine: ChainEngine) -> bool:
+    def _comparing_estimators(self, engine: EngineView) -> bool:
         """Whether the second adaptation window measures both gradient estimators."""
         estimator = engine.estimator
         return (
@@ -402,7 +404,7 @@ class AdaptiveControl(StepControl):
             and engine.t <= self.window_ends[2]
         )
 
-    def _probe_both_estimators(self, engine: ChainEngine) -> torch.Tensor:
+    def _probe_both_estimators(self, engine: EngineView) -> torch.Tensor:
         """The plain gradient's difference between two minibatches at the position (returned)
         and the noise of both estimators on them (accumulated)."""
         pair = engine.estimator.noise_pair(
@@ -417,7 +419,7 @@ class AdaptiveControl(StepControl):
             self.dense.add_pair(both[0], both[1])
         return pair[0]
 
-    def _choose_control_variate(self, engine: ChainEngine) -> None:
+    def _choose_control_variate(self, engine: EngineView) -> None:
         r"""Turn the control variate on for the chains where it lets the steps grow
         :data:`CV_GAIN` times (geometric mean over coordinates of the ratio of the steps the
         curvature and noise bounds allow with either estimator's noise), and sample the last
@@ -447,7 +449,7 @@ class AdaptiveControl(StepControl):
             self.dense.use_control_variate(chosen, self.pair_count, self.probes)
         engine.refresh_gradient()
 
-    def _end_window(self, engine: ChainEngine) -> None:
+    def _end_window(self, engine: EngineView) -> None:
         """New preconditioner from the measurements so far; smaller steps where needed.
 
         A chain that diverged during the window keeps the measurements it had when the window
@@ -527,7 +529,7 @@ class AdaptiveControl(StepControl):
         )
         self.fisher = self.metric.diagonal()
 
-    def unit_step(self, engine: ChainEngine) -> torch.Tensor | None:
+    def unit_step(self, engine: EngineView) -> torch.Tensor | None:
         """The per-coordinate step per unit of :math:`h` (``(C, D)``): the preconditioner."""
         if self.algorithm != "psgld" or self.metric is not None:
             return self.fisher
@@ -536,7 +538,7 @@ class AdaptiveControl(StepControl):
             return None
         return rmsprop_preconditioner(average["z"], self.options.epsilon)
 
-    def _bound_stiffest_direction(self, engine: ChainEngine) -> None:
+    def _bound_stiffest_direction(self, engine: EngineView) -> None:
         r"""Cap :math:`h` at :math:`c_\lambda / \lambda_{\max}(P^{1/2} H P^{1/2})`.
 
         Power iteration with Hessian-vector products by finite differences of the gradient,
@@ -572,7 +574,7 @@ class AdaptiveControl(StepControl):
         self.step = torch.where(top > 0, torch.minimum(self.step, limit), self.step)
 
     @staticmethod
-    def _site_cap(engine: ChainEngine, allowed: torch.Tensor) -> torch.Tensor:
+    def _site_cap(engine: EngineView, allowed: torch.Tensor) -> torch.Tensor:
         """At most :data:`SITE_CAP` times the median step of the coordinate's site.
 
         A coordinate of a tensor site that looks flat at the measured points -- the weights of a
@@ -586,7 +588,7 @@ class AdaptiveControl(StepControl):
             capped.append(torch.minimum(part, SITE_CAP * median))
         return torch.cat(capped, 1)
 
-    def _psgld_step(self, engine: ChainEngine, allowed: torch.Tensor) -> torch.Tensor:
+    def _psgld_step(self, engine: EngineView, allowed: torch.Tensor) -> torch.Tensor:
         r"""pSGLD's step: the largest :math:`h` with :math:`h G_i` within every coordinate's
         bound, :math:`G` being pSGLD's own RMSprop diagonal."""
         gain = self.unit_step(engine)
@@ -594,7 +596,7 @@ class AdaptiveControl(StepControl):
             return self.step
         return (allowed / gain).amin(1, keepdim=True)
 
-    def on_divergence(self, engine: ChainEngine, chains: torch.Tensor) -> None:
+    def on_divergence(self, engine: EngineView, chains: torch.Tensor) -> None:
         """A coordinate that ran away gets a ten times smaller preconditioner (its curvature was
         underestimated, or has grown: a ReLU unit that came back to life); during warm-up, a
         non-finite step halves the chain's step (down to a thousandth of its start); a jump of
@@ -626,7 +628,7 @@ class AdaptiveControl(StepControl):
         self.step = torch.where(mask, (0.5 * self.step).clamp_min(floor), self.step)
         self.window_diverged |= mask.reshape(-1).cpu()
 
-    def _retreat(self, engine: ChainEngine, chains: torch.Tensor) -> bool:
+    def _retreat(self, engine: EngineView, chains: torch.Tensor) -> bool:
         """Send the chains that have diverged :data:`ANCHOR_RETREAT` (then twice as many, ...)
         steps in a row back to the start of the current adaptation window (the end of the
         descent at first), momenta at rest, with half the step; returns whether any went.
@@ -647,7 +649,7 @@ class AdaptiveControl(StepControl):
         self.window_diverged |= due
         return True
 
-    def _shrink_runaway(self, engine: ChainEngine) -> torch.Tensor | None:
+    def _shrink_runaway(self, engine: EngineView) -> torch.Tensor | None:
         """Divide the preconditioner of the coordinates that ran away by ten; return the
         ``(C,)`` mask of chains that had one (``None`` when there is no such coordinate)."""
         runaway = engine.monitor.runaway
@@ -662,7 +664,7 @@ class AdaptiveControl(StepControl):
             self.fisher = torch.where(runaway, 0.1 * self.fisher, self.fisher)
         return runaway.any(1)
 
-    def end_warmup(self, engine: ChainEngine) -> None:
+    def end_warmup(self, engine: EngineView) -> None:
         if self.fisher is None and self.algorithm != "psgld":
             raise RuntimeError("the adaptive warm-up ended before its first measurement")
         self.frozen = True
@@ -696,7 +698,7 @@ class AdaptiveControl(StepControl):
         tiny = torch.finfo(self.curvature.dtype).tiny
         return (self.temperature / self.curvature.clamp_min(tiny)).sqrt()
 
-    def _mixing_rate(self, engine: ChainEngine) -> torch.Tensor | None:
+    def _mixing_rate(self, engine: EngineView) -> torch.Tensor | None:
         r"""``(C, D)``: per coordinate, the step of the overdamped Langevin dynamics the rule
         follows, :math:`e_i = h P_i` (SGHMC: :math:`e_i / \alpha`, its position moves as
         Langevin dynamics with that step); a coordinate's autocorrelation time is inversely
@@ -709,7 +711,7 @@ class AdaptiveControl(StepControl):
             rate = rate / self._budget()
         return rate
 
-    def mixing_slowdown(self, engine: ChainEngine) -> torch.Tensor | None:
+    def mixing_slowdown(self, engine: EngineView) -> torch.Tensor | None:
         """``(C, 1)``: how many times slower the frozen settings mix than those of the last
         warm-up window, over which the thinning was measured: the largest ratio over the
         coordinates of :meth:`_mixing_rate` then and now. The last window's end re-estimates
@@ -756,7 +758,7 @@ class AdaptiveControl(StepControl):
             self.dense.load_state_dict(state["dense"])
 
 
-def _auto_control_variate(engine: ChainEngine) -> bool:
+def _auto_control_variate(engine: EngineView) -> bool:
     return isinstance(engine.estimator, AutoControlVariate)
 
 
@@ -807,7 +809,7 @@ class OffsetMeter:
 
 
 def _power_iteration(
-    engine: ChainEngine,
+    engine: EngineView,
     apply_root: Callable[[torch.Tensor], torch.Tensor],
     deviation: torch.Tensor,
     vector: torch.Tensor,

@@ -34,7 +34,8 @@ from ..model_structure import (
     inspect_model,
     resolve_batch_size,
 )
-from ..potentials import Potential, make_potential
+from ..potential_choice import make_potential
+from ..potentials import Potential
 from .adaptation import AdaptiveControl
 from .blind_sites import blind_site_messages, find_blind_sites
 from .controls import MandtRateControl, ScheduleControl, StepControl
@@ -189,11 +190,7 @@ def prepare_chains(
     """
     args, kwargs = as_tensor_arguments(tuple(args), dict(kwargs))
     check_finite_data(args, kwargs)
-    seed = settings.seed
-    if settings.data_parallel:
-        seed = start_data_parallel(settings, options, args, kwargs, chains)
-    seeds = chain_seeds(seed, chains)
-    generators = chain_generators(seeds, data_device(args, kwargs))
+    seeds, generators = _chain_randomness(settings, options, args, kwargs, chains)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seeds[0])
         structure = _inspect(model, args, kwargs, settings)
@@ -209,19 +206,7 @@ def prepare_chains(
     dynamic = [name for name in structure.latent_sites if name not in gibbs_sites]
     layout = FlatLayout({name: initial[name].shape[1:] for name in dynamic})
     fixed = {name: initial[name] for name in structure.latent_sites if name in gibbs_sites}
-    potential = make_potential(
-        settings.potential,
-        model,
-        args,
-        kwargs,
-        transforms,
-        layout,
-        structure.plate,
-        initial,
-        structure.sample_sites,
-    )
-    if settings.compile:
-        potential.compile()
+    potential = _potential(settings, model, args, kwargs, transforms, layout, structure, initial)
     batch_size = resolve_batch_size(
         settings.batch_size, structure.num_data, structure.plate_name, structure.plate
     )
@@ -230,23 +215,10 @@ def prepare_chains(
     first = _first_chain_start(
         model, args, kwargs, settings, seeds, chains, structure, initial, gibbs_sites
     )
-    estimator = _estimator(settings, potential, layout, first, transforms, len(seeds))
-    if settings.control_variate == "auto" and not (
-        settings.adaptive
-        and batch_size < structure.num_data
-        and not updates
-        and not settings.data_parallel
-    ):
-        estimator = MinibatchGradient(potential)
-    if settings.data_parallel:
-        estimator = DataParallelGradient(estimator, structure.num_data, batch_size)
-    # the adaptive warm-up chooses the thinning; a hand-given step keeps one step per draw
-    thinning = settings.num_steps_per_sample or (None if settings.adaptive else 1)
-    steps_per_draw = thinning or warmup_steps_per_draw(warmup_draws)
-    meter = None
-    if thinning is None:
-        shapes = {name: value.shape[1:] for name, value in initial.items()}
-        meter = ThinningMeter(warmup_draws * steps_per_draw, has_hidden_units(model, shapes))
+    estimator = _gradient_estimator(
+        settings, potential, layout, first, transforms, len(seeds), batch_size, structure, updates
+    )
+    thinning, steps_per_draw, meter = _thinning(settings, warmup_draws, model, initial)
     engine = ChainEngine(
         algorithm=algorithm,
         options=options,
@@ -264,13 +236,7 @@ def prepare_chains(
             flat,
         ),
         gibbs=_gibbs_blocks(settings, updates, potential, generators, args, kwargs, batches),
-        monitor=DivergenceMonitor(
-            len(seeds),
-            settings.max_consecutive_divergences,
-            algorithm.label,
-            BlowUpDetector(len(seeds), dimension=layout.dimension),
-            [int(c) for c in chains],
-        ),
+        monitor=_divergence_monitor(settings, algorithm, len(seeds), layout, chains),
         num_data=structure.num_data,
         temperature=settings.temperature if algorithm.uses_temperature else 1.0,
         num_steps_per_sample=thinning,
@@ -281,6 +247,112 @@ def prepare_chains(
     engine.start(flat, fixed)
     return PreparedChains(
         engine, structure, transforms, potential, initial, seeds, (args, dict(kwargs))
+    )
+
+
+def _chain_randomness(
+    settings: SamplerSettings,
+    options: Any,
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    chains: Sequence[int],
+) -> tuple[list[int], list[torch.Generator]]:
+    """The chains' seeds and generators (on the data's device); with ``data_parallel``, the
+    seed agreed when the process group starts."""
+    seed = settings.seed
+    if settings.data_parallel:
+        seed = start_data_parallel(settings, options, args, kwargs, chains)
+    seeds = chain_seeds(seed, chains)
+    generators = chain_generators(seeds, data_device(args, kwargs))
+    return seeds, generators
+
+
+def _potential(
+    settings: SamplerSettings,
+    model: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    transforms: Mapping[str, Transform],
+    layout: FlatLayout,
+    structure: ModelStructure,
+    initial: Mapping[str, torch.Tensor],
+) -> Potential:
+    """The potential of ``settings.potential`` over the dynamic sites, compiled if asked."""
+    potential = make_potential(
+        settings.potential,
+        model,
+        args,
+        kwargs,
+        transforms,
+        layout,
+        structure.plate,
+        initial,
+        structure.sample_sites,
+    )
+    if settings.compile:
+        potential.compile()
+    return potential
+
+
+def _gradient_estimator(
+    settings: SamplerSettings,
+    potential: Potential,
+    layout: FlatLayout,
+    first: Mapping[str, torch.Tensor] | None,
+    transforms: Mapping[str, Transform],
+    num_chains: int,
+    batch_size: int,
+    structure: ModelStructure,
+    updates: Sequence[GibbsUpdate],
+) -> MinibatchGradient | DataParallelGradient:
+    """The gradient estimator: ``settings.control_variate`` (``"auto"`` keeps a control variate
+    only for the adaptive warm-up on minibatches of a model without Gibbs updates, outside
+    ``data_parallel``), wrapped to average over processes under ``data_parallel``."""
+    estimator = _estimator(settings, potential, layout, first, transforms, num_chains)
+    if settings.control_variate == "auto" and not (
+        settings.adaptive
+        and batch_size < structure.num_data
+        and not updates
+        and not settings.data_parallel
+    ):
+        estimator = MinibatchGradient(potential)
+    if settings.data_parallel:
+        estimator = DataParallelGradient(estimator, structure.num_data, batch_size)
+    return estimator
+
+
+def _thinning(
+    settings: SamplerSettings,
+    warmup_draws: int,
+    model: Callable[..., Any],
+    initial: Mapping[str, torch.Tensor],
+) -> tuple[int | None, int, ThinningMeter | None]:
+    """Steps per kept draw (``None``: the adaptive warm-up chooses it), steps per warm-up draw,
+    and the meter that measures the thinning when the warm-up chooses it."""
+    # the adaptive warm-up chooses the thinning; a hand-given step keeps one step per draw
+    thinning = settings.num_steps_per_sample or (None if settings.adaptive else 1)
+    steps_per_draw = thinning or warmup_steps_per_draw(warmup_draws)
+    meter = None
+    if thinning is None:
+        shapes = {name: value.shape[1:] for name, value in initial.items()}
+        meter = ThinningMeter(warmup_draws * steps_per_draw, has_hidden_units(model, shapes))
+    return thinning, steps_per_draw, meter
+
+
+def _divergence_monitor(
+    settings: SamplerSettings,
+    algorithm: Algorithm,
+    num_chains: int,
+    layout: FlatLayout,
+    chains: Sequence[int],
+) -> DivergenceMonitor:
+    """The monitor that stops the chains after too many divergences in a row or a blow-up."""
+    return DivergenceMonitor(
+        num_chains,
+        settings.max_consecutive_divergences,
+        algorithm.label,
+        BlowUpDetector(num_chains, dimension=layout.dimension),
+        [int(c) for c in chains],
     )
 
 

@@ -17,7 +17,7 @@ freezes what it learnt at :meth:`StepControl.end_warmup`. Everything it learns i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,9 +26,7 @@ from ..dynamics.metric import DenseMetric
 from ..dynamics.psgld import rmsprop_preconditioner
 from ..dynamics.sgd import optimal_constant_rates
 from ..schedules import StepSchedule
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import ChainEngine
+from .view import EngineView
 
 __all__ = ["MandtRateControl", "ScheduleControl", "StepControl"]
 
@@ -63,19 +61,19 @@ class StepControl:
         """Whether the Gibbs blocks may be updated after step ``t``."""
         return True
 
-    def begin(self, engine: ChainEngine) -> None:
+    def begin(self, engine: EngineView) -> None:
         """Called when the engine (re)starts its chains, with the gradient at the start."""
 
-    def observe(self, engine: ChainEngine) -> None:
+    def observe(self, engine: EngineView) -> None:
         """Called after every warm-up step (the engine's state is the new, accepted one)."""
 
-    def on_divergence(self, engine: ChainEngine, chains: torch.Tensor) -> None:
+    def on_divergence(self, engine: EngineView, chains: torch.Tensor) -> None:
         """Called when the chains in the ``(C,)`` mask diverged at the last step."""
 
-    def end_warmup(self, engine: ChainEngine) -> None:
+    def end_warmup(self, engine: EngineView) -> None:
         """Called once, before the first step of the first kept draw."""
 
-    def unit_step(self, engine: ChainEngine) -> torch.Tensor | None:
+    def unit_step(self, engine: EngineView) -> torch.Tensor | None:
         """``(C, D)``: the step of each coordinate per unit of :meth:`step_size` -- the
         preconditioner, or pSGLD's own RMSprop diagonal -- or ``None`` (one)."""
         if self.preconditioner is not None:
@@ -91,7 +89,7 @@ class StepControl:
         them, or ``None`` (unknown)."""
         return None
 
-    def mixing_slowdown(self, engine: ChainEngine) -> torch.Tensor | None:
+    def mixing_slowdown(self, engine: EngineView) -> torch.Tensor | None:
         """``(C, 1)``: how many times slower the sampling phase's frozen settings mix than
         those of the last quarter of warm-up, over which the thinning was measured (``None``:
         the same settings)."""
@@ -197,14 +195,14 @@ class MandtRateControl(StepControl):
     def posterior_scale(self) -> torch.Tensor | None:
         return self.warmup.posterior_scale()
 
-    def begin(self, engine: ChainEngine) -> None:
+    def begin(self, engine: EngineView) -> None:
         self.warmup.begin(engine)
 
     def warmup_report(self, chain_ids: list[int]) -> list[str]:
         """The warm-up control's report (chains still on their way), if it makes one."""
         return list(getattr(self.warmup, "warmup_report", lambda _: [])(chain_ids))
 
-    def observe(self, engine: ChainEngine) -> None:
+    def observe(self, engine: EngineView) -> None:
         self.warmup.observe(engine)
         if engine.draws_done < self.warmup_draws // 2:
             return
@@ -216,11 +214,11 @@ class MandtRateControl(StepControl):
             self.square_difference += difference
         self.count += 1
 
-    def on_divergence(self, engine: ChainEngine, chains: torch.Tensor) -> None:
+    def on_divergence(self, engine: EngineView, chains: torch.Tensor) -> None:
         if self.rates is None:
             self.warmup.on_divergence(engine, chains)
 
-    def end_warmup(self, engine: ChainEngine) -> None:
+    def end_warmup(self, engine: EngineView) -> None:
         if self.square_difference is None or not bool((self.square_difference.sum(1) > 0).all()):
             raise ValueError(
                 "ConstantSGD(optimal_rate=True) measured no minibatch gradient noise during "

@@ -13,17 +13,16 @@ r"""What the warm-up chose for each chain, as the kernels' ``diagnostics()`` and
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import ChainEngine
+from .view import EngineView
 
 __all__ = ["coordinate_steps", "sampling_report"]
 
 
-def coordinate_steps(engine: ChainEngine) -> torch.Tensor:
+def coordinate_steps(engine: EngineView) -> torch.Tensor:
     """``(C, D)``: the step :math:`h P_i` of every coordinate at the engine's last step."""
     step = engine.control.step_size(max(engine.t - 1, 0))
     unit = engine.control.unit_step(engine)
@@ -38,7 +37,7 @@ def coordinate_steps(engine: ChainEngine) -> torch.Tensor:
     return step * unit
 
 
-def sampling_report(engine: ChainEngine, chain: int) -> dict[str, Any]:
+def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
     """The report of the module docstring for chain ``chain`` of ``engine``."""
     thinning = engine.thinning
     meter = engine.thinning_meter

@@ -16,7 +16,7 @@ from torch.distributions.transforms import Transform
 
 from .._validation import check_positive, check_positive_int
 from ..gibbs import GibbsUpdate
-from ..potentials import POTENTIAL_CHOICES
+from ..potential_choice import POTENTIAL_CHOICES
 from ..schedules import StepSchedule, as_schedule
 from .minibatch import BatchSampling
 

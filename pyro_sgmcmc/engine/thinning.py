@@ -43,14 +43,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from pyro.ops.stats import effective_sample_size
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .engine import ChainEngine
+from .view import EngineView
 
 __all__ = [
     "MAX_THINNING",
@@ -107,7 +106,7 @@ class ThinningMeter:
         self.autocorrelation_time: np.ndarray | None = None
         self.thinning: list[int] | None = None
 
-    def observe(self, engine: ChainEngine) -> None:
+    def observe(self, engine: EngineView) -> None:
         """Record the series at the engine's new state (called after every warm-up step)."""
         if not self.start < engine.t <= self.end:
             return
@@ -122,7 +121,7 @@ class ThinningMeter:
             scaled = engine.position / self.scale
             self.series.append(torch.einsum("cd,cdk->ck", scaled, self.directions).double())
 
-    def _begin(self, engine: ChainEngine) -> None:
+    def _begin(self, engine: EngineView) -> None:
         position = engine.position
         signs = torch.stack([engine.rademacher() for _ in range(PROJECTIONS)], -1)
         self.directions = signs / math.sqrt(position.shape[1])
@@ -215,7 +214,7 @@ class DrawCadence:
         """Whether every chain has a kept state waiting."""
         return all(self.queues)
 
-    def after_step(self, engine: ChainEngine, sampling: bool) -> None:
+    def after_step(self, engine: EngineView, sampling: bool) -> None:
         """Count the step; queue the state of the chains whose draw it completes."""
         diverged = engine.monitor.draw_diverged.tolist()
         engine.monitor.start_draw()

@@ -1,4 +1,15 @@
-"""SG-MCMC kernels for ``pyro.infer.MCMC``."""
+"""SG-MCMC kernels for ``pyro.infer.MCMC``: each a ``MCMCKernel`` over the chain engine.
+
+=========================  ===================================================================
+module                     job
+=========================  ===================================================================
+:mod:`.base`               :class:`StochasticGradientKernel`: the ``MCMC`` adapter they share
+:mod:`.sgld`               :class:`SGLD`
+:mod:`.sghmc`              :class:`SGHMC`
+:mod:`.psgld`              :class:`PSGLD`
+:mod:`.constant_sgd`       :class:`ConstantSGD`
+=========================  ===================================================================
+"""
 
 from .base import StochasticGradientKernel
 from .constant_sgd import ConstantSGD
