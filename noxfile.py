@@ -125,7 +125,7 @@ def tests_arviz1(session: nox.Session) -> None:
     session.run(
         "python",
         "-c",
-        "import arviz, pyro_sgmcmc._arviz as c; assert c.ARVIZ_1, arviz.__version__; "
+        "import arviz, pyro_sgmcmc.analysis._arviz as c; assert c.ARVIZ_1, arviz.__version__; "
         "print('ArviZ', arviz.__version__)",
     )
     session.run(

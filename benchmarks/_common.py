@@ -16,7 +16,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def fashion_mnist_or_synthetic(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, str]:
     """Fashion-MNIST training set (pixels / 255), or synthetic data of the same shape."""
     try:
-        from pyro_sgmcmc.datasets import load_dataset
+        from pyro_sgmcmc.data.datasets import load_dataset
 
         data = load_dataset("fashion_mnist", seed=seed)
         return data.x_train.reshape(-1, 784).float(), data.y_train.long(), "fashion_mnist"

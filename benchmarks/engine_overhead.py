@@ -41,7 +41,7 @@ def child(tree: str, repeats: int) -> None:
     from pyro.infer.autoguide.initialization import init_to_uniform
 
     import pyro_sgmcmc
-    from pyro_sgmcmc.vectorized import run_chains
+    from pyro_sgmcmc.inference.vectorized import run_chains
 
     assert Path(pyro_sgmcmc.__file__).resolve().is_relative_to(Path(tree).resolve())
     data = sinusoid_w2()

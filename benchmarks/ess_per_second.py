@@ -14,7 +14,7 @@ Four problems, each sampled by every method in the same run, with 4 chains:
 Score: the smallest bulk ESS over every parameter (over the network's outputs at the test
 inputs for (iv), whose weights are not identified) divided by the wall time, set-up and
 compilation included (JAX's for NumPyro). Each row also says whether the run passes its
-verdict (R-hat and ESS bounds of :mod:`pyro_sgmcmc.diagnostics`), and for (i) the largest
+verdict (R-hat and ESS bounds of :mod:`pyro_sgmcmc.analysis.diagnostics`), and for (i) the largest
 distance of a posterior mean from a long NUTS run in Monte Carlo standard errors and the
 largest relative error of a posterior sd.
 
@@ -44,7 +44,7 @@ from pyro.nn import PyroModule, PyroSample
 from torch import nn
 
 import pyro_sgmcmc
-from pyro_sgmcmc.diagnostics import judge
+from pyro_sgmcmc.analysis.diagnostics import judge
 
 CHAINS = 4
 KERNELS = {"SGLD": pyro_sgmcmc.SGLD, "SGHMC": pyro_sgmcmc.SGHMC, "pSGLD": pyro_sgmcmc.PSGLD}
@@ -328,7 +328,7 @@ def problem_iii(quick: bool, numpyro: dict) -> list[dict]:
 
 
 def problem_iv(quick: bool) -> list[dict]:
-    from pyro_sgmcmc.compare import CompareConfig, build_model, load_data
+    from pyro_sgmcmc.cli.compare import CompareConfig, build_model, load_data
 
     config = CompareConfig(out=None, figures=False, progress=False)
     data = load_data(config)

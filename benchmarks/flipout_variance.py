@@ -1,9 +1,9 @@
 """Gradient variance and accuracy of the three SVI estimators on a 784-100-10 Bayesian MLP.
 
-The estimators of :mod:`pyro_sgmcmc.flipout` (one weight draw per minibatch, local
+The estimators of :mod:`pyro_sgmcmc.variational.flipout` (one weight draw per minibatch, local
 reparameterisation, Flipout) on Fashion-MNIST (pixels standardised with training statistics),
 network 784-100-10 with sigmoid hidden units, N(0, 1) priors and a categorical likelihood, the
-mean-field guide of :func:`pyro_sgmcmc.svi.fit_svi`.
+mean-field guide of :func:`pyro_sgmcmc.variational.svi.fit_svi`.
 
 1. **Gradient variance** (and the milliseconds of one loss and gradient, all three estimators in
    the same plain-torch implementation). On a fixed guide and a fixed minibatch of
@@ -35,11 +35,15 @@ import time
 import torch
 from _common import load_average, print_table, write_json
 
-from pyro_sgmcmc import metrics
-from pyro_sgmcmc.datasets import load_dataset
-from pyro_sgmcmc.flipout import ESTIMATORS, autonormal_loc_and_scale, guide_negative_elbo
+from pyro_sgmcmc.analysis import metrics
+from pyro_sgmcmc.data.datasets import load_dataset
 from pyro_sgmcmc.nn import BayesianMLP
-from pyro_sgmcmc.svi import fit_svi
+from pyro_sgmcmc.variational.flipout import (
+    ESTIMATORS,
+    autonormal_loc_and_scale,
+    guide_negative_elbo,
+)
+from pyro_sgmcmc.variational.svi import fit_svi
 
 SHORT = {"reparameterization": "plain", "local_reparameterization": "LRT", "flipout": "Flipout"}
 

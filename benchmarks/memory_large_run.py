@@ -2,7 +2,7 @@
 
 A BayesianMLP (200 inputs, 500 tanh units, one output: 101,001 weights) on 1,000,000 synthetic
 regression rows, sampled by SGHMC with minibatches of 1000 through
-:class:`pyro_sgmcmc.checkpoint.ResumableMCMC`. What keeps the memory down:
+:class:`pyro_sgmcmc.inference.checkpoint.ResumableMCMC`. What keeps the memory down:
 
 * thinning (``num_steps_per_sample``): only every 10th position is kept;
 * ``keep_draws=False``: the kernel holds no second reference to the kept draws;
@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from pyro_sgmcmc import SGHMC
-from pyro_sgmcmc.checkpoint import ResumableMCMC
+from pyro_sgmcmc.inference.checkpoint import ResumableMCMC
 from pyro_sgmcmc.nn import BayesianMLP
 
 RESULTS = Path(__file__).resolve().parent / "results"

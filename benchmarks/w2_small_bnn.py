@@ -11,11 +11,10 @@ test points; ``_common.sinusoid_w2``). The reference is the NUTS predictive stor
   the sqrt(2) from comparing with all the reference draws instead of half).
 
 Budgets of gradient steps are tried from small to large, each as a fresh seeded run of
-``--chains`` vectorised chains (``pyro_sgmcmc.vectorized.run_chains``, full batch); the first
-budget that passes gives the time to quality: ``sampling`` (the step loop) and ``total``
+``--chains`` vectorised chains (``pyro_sgmcmc.inference.vectorized.run_chains``, full batch); the
+first budget that passes gives the time to quality: ``sampling`` (the step loop) and ``total``
 (set-up, initial values, compilation included). It also times 1 vs 8 chains of the same steps
-(target: 8 chains <= 2x one chain) and reports R-hat of the predictions f(x_test) over the
-chains.
+(target: 8 chains <= 2x one chain) and reports R-hat of the predictions f(x_test) over the chains.
 
 ``BayesianMLP`` with a Normal prior and fixed-scale Normal head has a hand-written gradient
 (``log_joint_and_gradient``), which ``run_chains`` uses instead of autograd. Each kernel is run
@@ -48,8 +47,8 @@ from pyro.infer.autoguide.initialization import init_to_uniform
 from scipy.stats import wasserstein_distance
 
 from pyro_sgmcmc import SGHMC, SGLD
-from pyro_sgmcmc.schedules import PiecewiseConstant
-from pyro_sgmcmc.vectorized import run_chains
+from pyro_sgmcmc.inference.schedules import PiecewiseConstant
+from pyro_sgmcmc.inference.vectorized import run_chains
 
 KERNEL_CLASSES = {"sghmc": SGHMC, "sgld": SGLD}
 

@@ -2,17 +2,17 @@
 
 The W1 network (784-100-10, sigmoid, categorical likelihood), full training set (60000, pixels /
 255), test set 10000, batch 500; with N(0, 1) priors and with the Gamma-precision prior whose
-precisions get exact Gibbs updates once per epoch. SGHMC runs in ``pyro_sgmcmc.vectorized``
-(``--chains`` chains batched); the predictive is the average of the softmax over the kept draws
-(all chains). Every chain starts from the same ``--pretrain-epochs`` of SGD (a MAP warm start,
-momenta at zero), whose seconds count as SGHMC's; then a constant per-datum step, one draw per
-epoch, the first ``--burn-in-epochs`` discarded; ``--cycle-epochs > 0`` switches to the cyclical
-cosine schedule. The N(0, 1) prior's default temperature is T = 0.3 (a cold posterior; T = 1
-misses the ECE target, see README.md); the table and JSON report T. Plain SGD with momentum on
-the same net runs from scratch for the same total wall time as SGHMC (warm start included), in
-the same script. Peers at 20 epochs: ``posteriors`` SGHMC 0.859 / 0.397 / 0.017, SGD 0.867 / 0.369 /
-0.009 (acc / NLL / ECE).
-Targets: acc >= 0.89, NLL <= 0.31, ECE <= 0.015 within 10 minutes on 2 cores, better than SGD.
+precisions get exact Gibbs updates once per epoch. SGHMC runs in
+``pyro_sgmcmc.inference.vectorized`` (``--chains`` chains batched); the predictive is the average of
+the softmax over the kept draws (all chains). Every chain starts from the same ``--pretrain-epochs``
+of SGD (a MAP warm start, momenta at zero), whose seconds count as SGHMC's; then a constant
+per-datum step, one draw per epoch, the first ``--burn-in-epochs`` discarded; ``--cycle-epochs > 0``
+switches to the cyclical cosine schedule. The N(0, 1) prior's default temperature is T = 0.3 (a cold
+posterior; T = 1 misses the ECE target, see README.md); the table and JSON report T. Plain SGD with
+momentum on the same net runs from scratch for the same total wall time as SGHMC (warm start
+included), in the same script. Peers at 20 epochs: ``posteriors`` SGHMC 0.859 / 0.397 / 0.017, SGD
+0.867 / 0.369 / 0.009 (acc / NLL / ECE). Targets: acc >= 0.89, NLL <= 0.31, ECE <= 0.015 within 10
+minutes on 2 cores, better than SGD.
 
 The Gamma prior runs at posterior temperature ``--gamma-temperature`` (default 1) with a cold
 *likelihood* instead, ``BayesianMLP(likelihood_temperature=0.02)``: p(y | w)^(1/T_l) with the
@@ -37,9 +37,9 @@ import torch.nn.functional as F
 from _common import load_average, print_table, write_json
 
 from pyro_sgmcmc import SGHMC, metrics
+from pyro_sgmcmc.inference.schedules import CyclicalCosine
+from pyro_sgmcmc.inference.vectorized import run_chains
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision
-from pyro_sgmcmc.schedules import CyclicalCosine
-from pyro_sgmcmc.vectorized import run_chains
 
 TARGETS = {"accuracy": 0.89, "nll": 0.31, "ece": 0.015}
 BATCH = 500
@@ -47,7 +47,7 @@ BATCH = 500
 
 def load():
     try:
-        from pyro_sgmcmc.datasets import load_dataset
+        from pyro_sgmcmc.data.datasets import load_dataset
 
         d = load_dataset("fashion_mnist", seed=0)
         return (d.x_train.reshape(-1, 784).float(), d.y_train.long(),

@@ -6,9 +6,10 @@ The posterior is N(mu, Sigma) with Sigma = (X'X / sigma^2 + I)^-1, mu = Sigma X'
 Score: the 2-Wasserstein distance between the Gaussian fitted to the draws and the exact posterior,
 divided by sqrt(trace Sigma) (300 iid exact draws score about 0.11). Samplers: Pyro NUTS
 (``--nuts-warmup`` + ``--nuts-samples``, one chain) and vectorised SGHMC
-(``pyro_sgmcmc.vectorized.run_chains``: ``--chains`` chains, batch ``--batch-size``, 300 kept draws
-in all). Targets: at N = 1e4 a score <= 0.16 in no more time than NUTS; at N = 1e6 a score <= 0.16
-in at most 1/20 of NUTS's time. Also plots seconds per kept draw against N (PNG + JSON).
+(``pyro_sgmcmc.inference.vectorized.run_chains``: ``--chains`` chains, batch ``--batch-size``, 300
+kept draws in all). Targets: at N = 1e4 a score <= 0.16 in no more time than NUTS; at N = 1e6 a
+score <= 0.16 in at most 1/20 of NUTS's time. Also plots seconds per kept draw against N (PNG +
+JSON).
 
 SGHMC uses the control-variate gradient (SGHMC-CV, Baker et al. 2019; ``run_chains(...,
 control_variate=True)``: an L-BFGS mode search on the full data, its full-data gradient once, then
@@ -37,7 +38,7 @@ from _common import RESULTS, load_average, print_table, write_json
 from pyro.infer import MCMC, NUTS
 
 from pyro_sgmcmc import SGHMC
-from pyro_sgmcmc.vectorized import run_chains
+from pyro_sgmcmc.inference.vectorized import run_chains
 
 DIM, SIGMA = 10, 0.5
 TARGET_SCORE = 0.16

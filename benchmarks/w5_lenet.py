@@ -84,7 +84,7 @@ from pyro.infer.autoguide.initialization import init_to_median
 from torch import nn
 
 from pyro_sgmcmc import SGHMC, SamplerDivergedError, fit_svi, metrics
-from pyro_sgmcmc.initialization import init_to_fan_in
+from pyro_sgmcmc.models.initialization import init_to_fan_in
 from pyro_sgmcmc.nn import LeNet5
 
 STEP_TARGET = 1.15
@@ -116,7 +116,7 @@ class PlainLeNet5(nn.Module):
 
 def load():
     try:
-        from pyro_sgmcmc.datasets import load_dataset
+        from pyro_sgmcmc.data.datasets import load_dataset
 
         d = load_dataset("fashion_mnist", seed=0)
         return (d.x_train.reshape(-1, 784).float(), d.y_train.long(),

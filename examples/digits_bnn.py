@@ -23,10 +23,14 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from pyro_sgmcmc import SGHMC
-from pyro_sgmcmc.initialization import find_map, init_to_prior
-from pyro_sgmcmc.metrics import accuracy, expected_calibration_error, negative_log_likelihood
+from pyro_sgmcmc.analysis.metrics import (
+    accuracy,
+    expected_calibration_error,
+    negative_log_likelihood,
+)
+from pyro_sgmcmc.analysis.predictive import classify_with_cutoff, posterior_predictive
+from pyro_sgmcmc.models.initialization import find_map, init_to_prior
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision
-from pyro_sgmcmc.predictive import classify_with_cutoff, posterior_predictive
 
 
 def load(seed: int = 0):

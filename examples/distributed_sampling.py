@@ -33,7 +33,7 @@ import torch
 import torch.distributed
 
 from pyro_sgmcmc import SGHMC, convergence_report, init_distributed, run_chains
-from pyro_sgmcmc.datasets import list_datasets, load_dataset
+from pyro_sgmcmc.data.datasets import list_datasets, load_dataset
 from pyro_sgmcmc.engine.distributed import world
 from pyro_sgmcmc.nn import BayesianMLP
 

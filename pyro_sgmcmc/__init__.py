@@ -5,10 +5,28 @@ The kernels :class:`SGLD`, :class:`SGHMC`, :class:`PSGLD` and :class:`ConstantSG
 :func:`run_chains` runs many chains of the same kernel at once. Results export to ArviZ with
 :func:`to_inference_data` (arrays of draws with :func:`from_draws`).
 
-The names below are what a user needs; the rest lives in the submodules (:mod:`.nn`,
-:mod:`.schedules`, :mod:`.conjugate`, :mod:`.export`, :mod:`.diagnostics`, :mod:`.datasets`,
-:mod:`.compare`, ...). Modules that pull in ArviZ, matplotlib or scikit-learn are imported on
-first use, so ``import pyro_sgmcmc`` stays light and never touches the plotting backend.
+The names below are what a user needs; the rest lives in folders by job:
+
+=========================  ===================================================================
+folder                     job
+=========================  ===================================================================
+:mod:`.kernels`            the SG-MCMC kernels for ``pyro.infer.MCMC``
+:mod:`.engine`             the one chain engine behind every sampler, and its warm-up
+:mod:`.dynamics`           the pure update rules (SGLD, SGHMC, pSGLD, constant SGD)
+:mod:`.inference`          :func:`run_chains`, checkpoints and resume, step-size schedules
+:mod:`.models`             a Pyro model as the samplers see it: structure, potential, starts
+:mod:`.nn`                 Bayesian networks written the Pyro way (MLP, LeNet-5) and priors
+:mod:`.variational`        the SVI baseline (mean-field, Bayes by Backprop) and its estimators
+:mod:`.analysis`           export to ArviZ, convergence verdicts, predictive summaries, plots
+:mod:`.data`               built-in data sets and your own tables
+:mod:`.cli`                the ``pyro-sgmcmc`` command line and its comparison
+=========================  ===================================================================
+
+Besides them: :mod:`.errors` (the exceptions and warnings), :mod:`._validation` (argument checks
+shared by every entry point) and :mod:`._moved` (the former flat module paths, such as
+``pyro_sgmcmc.export``, which keep importing). Modules that pull in ArviZ, matplotlib or
+scikit-learn are imported on first use, so ``import pyro_sgmcmc`` stays light and never touches
+the plotting backend.
 """
 
 from __future__ import annotations
@@ -16,38 +34,39 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .checkpoint import ResumableMCMC, load_checkpoint
+from . import _moved  # importing it installs the finder of the former module paths
 from .errors import (
     CheckpointError,
     DistributedRunError,
     ModelContractError,
     SamplerDivergedError,
 )
-from .initialization import find_map, init_to_prior
+from .inference.checkpoint import ResumableMCMC, load_checkpoint
+from .inference.vectorized import VectorizedResult, run_chains
 from .kernels import PSGLD, SGHMC, SGLD, ConstantSGD, StochasticGradientKernel
+from .models.initialization import find_map, init_to_prior
 from .nn import BayesianMLP, GammaPrecision, NormalPrior, ScaleMixturePrior
-from .vectorized import VectorizedResult, run_chains
 
 __version__ = "0.2.0"
 
 #: Public names loaded on first use, and the module each comes from.
 _LAZY = {
-    "to_inference_data": ".export",
-    "from_draws": ".export",
-    "HMCStatsCollector": ".export",
-    "convergence_report": ".diagnostics",
-    "posterior_predictive": ".predictive",
-    "fit_svi": ".svi",
-    "SVIResult": ".svi",
-    "load_dataset": ".datasets",
-    "run_comparison": ".compare",
+    "to_inference_data": ".analysis.export",
+    "from_draws": ".analysis.export",
+    "HMCStatsCollector": ".analysis.export",
+    "convergence_report": ".analysis.diagnostics",
+    "posterior_predictive": ".analysis.predictive",
+    "fit_svi": ".variational.svi",
+    "SVIResult": ".variational.svi",
+    "load_dataset": ".data.datasets",
+    "run_comparison": ".cli.compare",
     "init_distributed": ".engine.distributed",
 }
 
+#: The folders, loaded on first use as attributes (``pyro_sgmcmc.analysis``).
 _SUBMODULES = (
-    "checkpoint", "checkpoint_files", "compare", "conjugate", "datasets", "diagnostics",
-    "dynamics", "engine", "export", "flipout", "initialization", "kernels", "metrics", "nn",
-    "plots", "potentials", "predictive", "pruning", "schedules", "svi", "vectorized",
+    "analysis", "cli", "data", "dynamics", "engine", "inference", "kernels", "models", "nn",
+    "variational",
 )  # fmt: skip
 
 __all__ = [
@@ -89,10 +108,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
         globals()[name] = value
         return value
-    if name in _SUBMODULES:
+    if name in _SUBMODULES or name in _moved.FORMER_PATHS:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES) | set(_moved.FORMER_PATHS))

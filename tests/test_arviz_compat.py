@@ -1,6 +1,7 @@
 """The export under ArviZ 0.x (``InferenceData``) and 1.x (``DataTree``), through
-``pyro_sgmcmc._arviz``: the same groups, variables, dimensions and dtypes; a netCDF round trip of
-every method's export; LOO and the convergence report on each; the diagnostics agree across lines.
+``pyro_sgmcmc.analysis._arviz``: the same groups, variables, dimensions and dtypes; a netCDF round
+trip of every method's export; LOO and the convergence report on each; the diagnostics agree across
+lines.
 
 Every test runs under both lines (which one is installed decides which branch of the compat
 layer runs); the runs are tiny, they check plumbing, not statistics.
@@ -22,17 +23,17 @@ import xarray as xr
 from pyro.infer import MCMC, NUTS
 
 from pyro_sgmcmc import SGHMC, SGLD, _arviz, run_chains
-from pyro_sgmcmc.diagnostics import convergence_report
-from pyro_sgmcmc.errors import SamplerWarning
-from pyro_sgmcmc.export import (
+from pyro_sgmcmc.analysis.diagnostics import convergence_report
+from pyro_sgmcmc.analysis.export import (
     HMCStatsCollector,
     build_groups,
     from_draws,
     to_datatree,
     to_inference_data,
 )
-from pyro_sgmcmc.plots import diagnostic_figures
-from pyro_sgmcmc.svi import fit_svi
+from pyro_sgmcmc.analysis.plots import diagnostic_figures
+from pyro_sgmcmc.errors import SamplerWarning
+from pyro_sgmcmc.variational.svi import fit_svi
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -29,8 +29,7 @@ from pyro_sgmcmc import (
     pruning,
     to_inference_data,
 )
-from pyro_sgmcmc.checkpoint import ResumableMCMC
-from pyro_sgmcmc.diagnostics import format_reports
+from pyro_sgmcmc.analysis.diagnostics import format_reports
 from pyro_sgmcmc.dynamics import (
     psgld_init,
     psgld_step,
@@ -39,7 +38,8 @@ from pyro_sgmcmc.dynamics import (
     sgld_init,
     sgld_step,
 )
-from pyro_sgmcmc.schedules import PolynomialDecay
+from pyro_sgmcmc.inference.checkpoint import ResumableMCMC
+from pyro_sgmcmc.inference.schedules import PolynomialDecay
 
 Y = torch.randn(20, generator=torch.Generator().manual_seed(0))
 

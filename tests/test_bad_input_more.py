@@ -24,10 +24,10 @@ from pyro_sgmcmc import (
     run_chains,
     to_inference_data,
 )
-from pyro_sgmcmc.checkpoint_files import save_checkpoint
-from pyro_sgmcmc.cli import main
-from pyro_sgmcmc.datasets import load_table
-from pyro_sgmcmc.schedules import PiecewiseConstant
+from pyro_sgmcmc.cli.commands import main
+from pyro_sgmcmc.data.datasets import load_table
+from pyro_sgmcmc.inference.checkpoint_files import save_checkpoint
+from pyro_sgmcmc.inference.schedules import PiecewiseConstant
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyro_sgmcmc.errors.SamplerWarning")
 

@@ -15,14 +15,14 @@ from pyro.infer import MCMC
 from pyro.infer.mcmc.api import StreamingMCMC
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, _arviz, to_inference_data
-from pyro_sgmcmc.checkpoint import (
+from pyro_sgmcmc.inference.checkpoint import (
     FORMAT_VERSION,
     CheckpointError,
     ResumableMCMC,
     load_checkpoint,
     save_checkpoint,
 )
-from pyro_sgmcmc.schedules import CyclicalCosine
+from pyro_sgmcmc.inference.schedules import CyclicalCosine
 
 
 def model(y):

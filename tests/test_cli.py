@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from pyro_sgmcmc import _arviz
-from pyro_sgmcmc.cli import main
-from pyro_sgmcmc.compare import MANIFEST_NAME, METHODS, CompareConfig, OutputDirectory
+from pyro_sgmcmc.analysis import _arviz
+from pyro_sgmcmc.cli.commands import main
+from pyro_sgmcmc.cli.compare import MANIFEST_NAME, METHODS, CompareConfig, OutputDirectory
 
 # Few draws and a tiny net: each run takes seconds, and checks plumbing, not statistics.
 TINY = [
@@ -436,8 +436,8 @@ def test_importing_the_package_leaves_the_matplotlib_backend_alone(tmp_path):
 import matplotlib
 matplotlib.use("svg")
 import matplotlib.pyplot as plt
-import pyro_sgmcmc, pyro_sgmcmc.plots, pyro_sgmcmc.cli
-from pyro_sgmcmc.compare import CompareConfig, run_comparison
+import pyro_sgmcmc, pyro_sgmcmc.analysis.plots, pyro_sgmcmc.cli.commands
+from pyro_sgmcmc.cli.compare import CompareConfig, run_comparison
 config = CompareConfig(dataset="linear", methods=("sgld",), hidden=(3,), num_samples=6,
                        warmup=8, num_steps_per_sample=3, target_ess=None, progress=False,
                        out={str(tmp_path)!r})

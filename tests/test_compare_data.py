@@ -1,4 +1,4 @@
-"""Your own data: ``pyro_sgmcmc.datasets.load_table`` on CSV, NPZ and Parquet files.
+"""Your own data: ``pyro_sgmcmc.data.datasets.load_table`` on CSV, NPZ and Parquet files.
 
 The tables are written by the tests; the checks are on what a user relies on: the split and the
 standardisation match the built-in sets, the task is inferred as documented, and every bad table
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from pyro_sgmcmc import datasets_table
-from pyro_sgmcmc.datasets import MAX_INFERRED_CLASSES, load_table
+from pyro_sgmcmc.data import datasets_table
+from pyro_sgmcmc.data.datasets import MAX_INFERRED_CLASSES, load_table
 
 
 def write_csv(path, header, rows, delimiter=","):

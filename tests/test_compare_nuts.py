@@ -12,8 +12,8 @@ import pytest
 import torch
 from pyro.infer.mcmc.util import initialize_model
 
-from pyro_sgmcmc.compare import CompareConfig, build_model, nuts_potential, nuts_starts
-from pyro_sgmcmc.datasets import load_dataset
+from pyro_sgmcmc.cli.compare import CompareConfig, build_model, nuts_potential, nuts_starts
+from pyro_sgmcmc.data.datasets import load_dataset
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,12 @@ import torch
 from pyro.infer import MCMC, NUTS
 
 from pyro_sgmcmc import SGLD
-from pyro_sgmcmc.conjugate import (
+from pyro_sgmcmc.models.conjugate import (
     NormalGammaPrecisionUpdate,
     NormalNoisePrecisionUpdate,
     find_normal_gamma_updates,
 )
-from pyro_sgmcmc.gibbs import GibbsUpdate
+from pyro_sgmcmc.models.gibbs import GibbsUpdate
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood
 
 
@@ -242,7 +242,7 @@ def test_sgld_with_gibbs_matches_long_nuts():
 def test_tempered_precision_draws_match_the_tempered_conditional():
     """At temperature T the precision is drawn from Gamma((a - 1)/T + 1, b/T), where
     Gamma(a, b) is the T = 1 conditional: moments within 4.5 standard errors."""
-    from pyro_sgmcmc.conjugate import NormalGammaPrecisionUpdate
+    from pyro_sgmcmc.models.conjugate import NormalGammaPrecisionUpdate
 
     weights = torch.linspace(-1.0, 1.0, 40)
     update = NormalGammaPrecisionUpdate("tau", ("w",), alpha=2.0, beta=1.0)

@@ -2,7 +2,7 @@
 until they have converged.
 
 Statistical checks use the conjugate regression of ``stats_helpers`` (exact posterior); the
-bounds of the verdict are Vehtari et al. (2021)'s, in :mod:`pyro_sgmcmc.diagnostics`.
+bounds of the verdict are Vehtari et al. (2021)'s, in :mod:`pyro_sgmcmc.analysis.diagnostics`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from stats_helpers import (
 )
 
 from pyro_sgmcmc import SGHMC, SGLD, BayesianMLP, run_chains, to_inference_data
-from pyro_sgmcmc.diagnostics import (
+from pyro_sgmcmc.analysis.diagnostics import (
     ESS_PER_CHAIN,
     FUNCTION_RHAT_BOUND,
     RHAT_BOUND,
     convergence_report,
     judge,
 )
+from pyro_sgmcmc.analysis.function_space import run_verdict
 from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
 from pyro_sgmcmc.engine.adaptation import AdaptiveControl
 from pyro_sgmcmc.engine.thinning import (
@@ -38,7 +39,6 @@ from pyro_sgmcmc.engine.thinning import (
     warmup_steps_per_draw,
 )
 from pyro_sgmcmc.errors import SamplerWarning
-from pyro_sgmcmc.function_space import run_verdict
 
 
 def normal_mean(y):

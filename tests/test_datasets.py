@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from pyro_sgmcmc import datasets
-from pyro_sgmcmc.datasets import (
+from pyro_sgmcmc.data import datasets
+from pyro_sgmcmc.data.datasets import (
     FASHION_MNIST_ENV,
     BimodalGaussian,
     list_datasets,

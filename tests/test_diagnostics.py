@@ -1,4 +1,4 @@
-"""Convergence report (pyro_sgmcmc.diagnostics) on SG-MCMC chains of a conjugate model."""
+"""Convergence report (pyro_sgmcmc.analysis.diagnostics) on SG-MCMC chains of a conjugate model."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from pyro.infer import MCMC
 from pyro.infer.autoguide.initialization import init_to_sample
 
 from pyro_sgmcmc import SGLD, _arviz
-from pyro_sgmcmc.diagnostics import (
+from pyro_sgmcmc.analysis.diagnostics import (
     ConvergenceReport,
     convergence_report,
     format_reports,
     reports_table,
 )
-from pyro_sgmcmc.export import to_inference_data
+from pyro_sgmcmc.analysis.export import to_inference_data
 
 NUM_DATA = 20
 

@@ -272,8 +272,8 @@ def test_a_forked_child_of_a_rank_is_refused(one_rank):
 
 
 def test_cli_and_comparison_refuse_distributed_non_sgmcmc_methods():
-    from pyro_sgmcmc.cli import main
-    from pyro_sgmcmc.compare import CompareConfig
+    from pyro_sgmcmc.cli.commands import main
+    from pyro_sgmcmc.cli.compare import CompareConfig
 
     with pytest.raises(SystemExit) as exit_info:
         main(["sample", "nuts", "--distributed", "data"])
@@ -291,7 +291,7 @@ def test_cli_sample_under_torchrun(tmp_path):
     both modes give the same chains (data parallel up to rounding), chains that move: a step
     that diverges on every step (0.01 on the sinusoid with its known noise) would leave both at
     their starting points and prove nothing."""
-    from pyro_sgmcmc import _arviz
+    from pyro_sgmcmc.analysis import _arviz
 
     posteriors = {}
     for mode in ("data", "chains"):

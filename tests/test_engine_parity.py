@@ -17,7 +17,7 @@ from pyro.infer import MCMC
 from pyro.infer.autoguide import init_to_median, init_to_sample
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, SamplerDivergedError, run_chains, schedules
-from pyro_sgmcmc.conjugate import NormalGammaPrecisionUpdate
+from pyro_sgmcmc.models.conjugate import NormalGammaPrecisionUpdate
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision
 
 KERNELS = {"sgld": SGLD, "sghmc": SGHMC, "psgld": PSGLD, "constant_sgd": ConstantSGD}

@@ -1,4 +1,4 @@
-"""ArviZ export of NUTS, HMC, SG-MCMC and SVI results (pyro_sgmcmc.export)."""
+"""ArviZ export of NUTS, HMC, SG-MCMC and SVI results (pyro_sgmcmc.analysis.export)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from pyro.infer import HMC, MCMC, NUTS
 from pyro.nn import PyroModule, PyroSample
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, _arviz
-from pyro_sgmcmc.export import (
+from pyro_sgmcmc.analysis.export import (
     HMCStatsCollector,
     ModelMismatchWarning,
     build_groups,
     to_datatree,
     to_inference_data,
 )
-from pyro_sgmcmc.svi import fit_svi
+from pyro_sgmcmc.variational.svi import fit_svi
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -20,8 +20,8 @@ import pytest
 import torch
 from pyro.infer import HMC, MCMC, NUTS
 
-from pyro_sgmcmc import _arviz
-from pyro_sgmcmc.export import (
+from pyro_sgmcmc.analysis import _arviz
+from pyro_sgmcmc.analysis.export import (
     HMCStatsCollector,
     ModelMismatchError,
     ModelMismatchWarning,
@@ -31,7 +31,7 @@ from pyro_sgmcmc.export import (
 )
 from pyro_sgmcmc.nn import BayesianMLP
 from pyro_sgmcmc.nn.priors import ScaleMixtureNormal
-from pyro_sgmcmc.svi import fit_svi
+from pyro_sgmcmc.variational.svi import fit_svi
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -1,4 +1,4 @@
-"""Local reparameterisation and Flipout for the SVI baseline (pyro_sgmcmc.flipout).
+"""Local reparameterisation and Flipout for the SVI baseline (pyro_sgmcmc.variational.flipout).
 
 Statistical checks use replicate draws on a fixed guide and minibatch: the estimators must agree
 in expectation (z-tests with standard errors from the replicates) and the per-example estimators
@@ -16,18 +16,18 @@ import pytest
 import torch
 from pyro.infer.autoguide import AutoDiagonalNormal, AutoNormal
 
-from pyro_sgmcmc import _arviz
-from pyro_sgmcmc.export import to_inference_data
-from pyro_sgmcmc.flipout import (
+from pyro_sgmcmc.analysis import _arviz
+from pyro_sgmcmc.analysis.export import to_inference_data
+from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood, ScaleMixturePrior
+from pyro_sgmcmc.variational.flipout import (
     ESTIMATORS,
     autonormal_loc_and_scale,
     guide_negative_elbo,
     mean_field_negative_elbo,
     sample_preactivations,
 )
-from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood, ScaleMixturePrior
-from pyro_sgmcmc.pruning import prune_by_snr
-from pyro_sgmcmc.svi import fit_svi, minibatch_elbo_loss
+from pyro_sgmcmc.variational.pruning import prune_by_snr
+from pyro_sgmcmc.variational.svi import fit_svi, minibatch_elbo_loss
 
 #: Two-sided z threshold of every equality test; with the ~30 tests in this file the chance of a
 #: false alarm is below 1e-3.

@@ -1,7 +1,7 @@
 """Flipout and local reparameterisation for any PyroModule of Linear/Conv layers.
 
-The estimators run the model's own ``forward`` under ``pyro_sgmcmc.flipout.LayerNoise``. The
-statistical checks use replicate draws on a fixed guide and minibatch: z-tests of the means
+The estimators run the model's own ``forward`` under ``pyro_sgmcmc.variational.flipout.LayerNoise``.
+The statistical checks use replicate draws on a fixed guide and minibatch: z-tests of the means
 against Pyro's ``TraceMeanField_ELBO`` (``minibatch_elbo_loss``), with standard errors from the
 replicates, and a gradient variance that must be clearly smaller than one weight draw's.
 """
@@ -23,9 +23,12 @@ from torch import nn
 from torch.distributions import biject_to
 from torch.func import functional_call
 
-from pyro_sgmcmc import _arviz
-from pyro_sgmcmc.export import to_inference_data
-from pyro_sgmcmc.flipout import (
+from pyro_sgmcmc.analysis import _arviz
+from pyro_sgmcmc.analysis.export import to_inference_data
+from pyro_sgmcmc.models.initialization import real_support
+from pyro_sgmcmc.models.structure import inspect_model
+from pyro_sgmcmc.nn import LeNet5
+from pyro_sgmcmc.variational.flipout import (
     LayerNoise,
     autonormal_loc_and_scale,
     bayesian_layers,
@@ -33,10 +36,7 @@ from pyro_sgmcmc.flipout import (
     layer_perturbation,
     module_negative_elbo,
 )
-from pyro_sgmcmc.initialization import real_support
-from pyro_sgmcmc.model_structure import inspect_model
-from pyro_sgmcmc.nn import LeNet5
-from pyro_sgmcmc.svi import SVIResult, fit_svi, minibatch_elbo_loss
+from pyro_sgmcmc.variational.svi import SVIResult, fit_svi, minibatch_elbo_loss
 
 #: Two-sided z threshold of the equality tests.
 Z = 4.0

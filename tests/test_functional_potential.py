@@ -25,11 +25,11 @@ from torch import nn
 
 from pyro_sgmcmc.engine.layout import FlatLayout
 from pyro_sgmcmc.errors import SamplerWarning
-from pyro_sgmcmc.functional_potential import FunctionalPotential, LogDensity
-from pyro_sgmcmc.model_structure import inspect_model
+from pyro_sgmcmc.models.functional_potential import FunctionalPotential, LogDensity
+from pyro_sgmcmc.models.potential_choice import make_potential
+from pyro_sgmcmc.models.potentials import TracePotential
+from pyro_sgmcmc.models.structure import inspect_model
 from pyro_sgmcmc.nn import BayesianMLP
-from pyro_sgmcmc.potential_choice import make_potential
-from pyro_sgmcmc.potentials import TracePotential
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pyro.infer import MCMC
 from pyro.infer.mcmc.util import initialize_model
 
 from pyro_sgmcmc import SGHMC
-from pyro_sgmcmc.initialization import find_map, init_to_prior
+from pyro_sgmcmc.models.initialization import find_map, init_to_prior
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision
 
 

@@ -22,13 +22,13 @@ from stats_helpers import (
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, SamplerDivergedError, _arviz, schedules
 from pyro_sgmcmc.engine.layout import FlatLayout
-from pyro_sgmcmc.model_structure import DataPlate
-from pyro_sgmcmc.potential_choice import make_potential
-from pyro_sgmcmc.potentials import (
+from pyro_sgmcmc.models.potential_choice import make_potential
+from pyro_sgmcmc.models.potentials import (
     ClosedFormPotential,
     LogJointPotential,
     TracePotential,
 )
+from pyro_sgmcmc.models.structure import DataPlate
 
 # Step sizes for the conjugate regression (N = 1000, noise 0.5, posterior precision ~ 4000 I):
 # eps * lambda_max / 2 < 1% discretisation bias, and eps * s^2 / 2 ~ 2.5% extra variance from
@@ -388,7 +388,7 @@ def test_hand_written_gibbs_update_is_applied():
             TauUpdate.calls += 1
             rate = 1.0 + 0.5 * ((y - params["mu"]) ** 2).sum()
             shape = torch.tensor(1.0 + 0.5 * y.shape[0])
-            from pyro_sgmcmc.gibbs import with_generator
+            from pyro_sgmcmc.models.gibbs import with_generator
 
             return {"tau": with_generator(generator, lambda: dist.Gamma(shape, rate).sample())}
 

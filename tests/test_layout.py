@@ -7,16 +7,20 @@
 * A module longer than :data:`MAX_MODULE_LINES` lines says in its docstring that it is one job
   (the words "one job").
 * Every sub-package's ``__init__`` has a table naming each of its modules.
+* Every former module path (:mod:`pyro_sgmcmc._moved`) imports, as the moved module itself.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import io
 import tokenize
 from pathlib import Path
 
 import pytest
+
+from pyro_sgmcmc import _moved
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pyro_sgmcmc"
 MAX_FUNCTION_LINES = 80
@@ -152,7 +156,7 @@ FOLDERS = sorted(PACKAGE.glob("*/__init__.py"))
 def test_every_folder_lists_its_modules(package):
     docstring = ast.get_docstring(ast.parse(package.read_text())) or ""
     folder = package.parent
-    modules = sorted(path.stem for path in folder.glob("*.py") if path.stem != "__init__")
+    modules = sorted(path.stem for path in folder.glob("*.py") if not path.stem.startswith("__"))
     modules += sorted(path.name for path in folder.iterdir() if (path / "__init__.py").exists())
     missing = [name for name in modules if f":mod:`.{name}`" not in docstring]
     assert missing == []
@@ -161,3 +165,25 @@ def test_every_folder_lists_its_modules(package):
 if __name__ == "__main__":
     print("\n".join(long_functions()))
     print("\n".join(import_cycles()))
+
+
+@pytest.mark.parametrize("former", sorted(_moved.FORMER_PATHS))
+def test_a_former_module_path_imports_the_moved_module(former):
+    moved = importlib.import_module(f"pyro_sgmcmc.{_moved.FORMER_PATHS[former]}")
+    assert importlib.import_module(f"pyro_sgmcmc.{former}") is moved
+    assert moved.__spec__.name == moved.__name__  # the moved module keeps its own spec
+
+
+def test_former_paths_share_state_with_the_moved_module(monkeypatch):
+    import pyro_sgmcmc.export as former
+
+    from pyro_sgmcmc.analysis import export
+
+    monkeypatch.setattr(former, "to_inference_data", "patched")
+    assert export.to_inference_data == "patched"
+
+
+def test_every_former_path_has_moved_and_no_folder_shadows_one():
+    for former, new in _moved.FORMER_PATHS.items():
+        assert not (PACKAGE / f"{former}.py").exists()
+        assert (PACKAGE / (new.replace(".", "/") + ".py")).is_file()

@@ -14,11 +14,11 @@ from pyro.infer.mcmc.util import initialize_model
 
 from pyro_sgmcmc import SGHMC
 from pyro_sgmcmc.engine.layout import FlatLayout
-from pyro_sgmcmc.functional_potential import FunctionalPotential
-from pyro_sgmcmc.model_structure import inspect_model
+from pyro_sgmcmc.models.functional_potential import FunctionalPotential
+from pyro_sgmcmc.models.potential_choice import make_potential
+from pyro_sgmcmc.models.potentials import TracePotential
+from pyro_sgmcmc.models.structure import inspect_model
 from pyro_sgmcmc.nn import LeNet5
-from pyro_sgmcmc.potential_choice import make_potential
-from pyro_sgmcmc.potentials import TracePotential
 
 SHAPES = {
     "conv1.weight": (6, 1, 5, 5),

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pyro_sgmcmc.metrics import (
+from pyro_sgmcmc.analysis.metrics import (
     accuracy,
     agreement,
     expected_calibration_error,

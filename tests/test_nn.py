@@ -14,8 +14,9 @@ from pyro.infer.autoguide import AutoNormal
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD
 from pyro_sgmcmc.engine.layout import FlatLayout
-from pyro_sgmcmc.initialization import find_map, init_to_prior
-from pyro_sgmcmc.model_structure import inspect_model
+from pyro_sgmcmc.models.initialization import find_map, init_to_prior
+from pyro_sgmcmc.models.potentials import LogJointPotential, TracePotential
+from pyro_sgmcmc.models.structure import inspect_model
 from pyro_sgmcmc.nn import (
     BayesianMLP,
     CategoricalLikelihood,
@@ -26,7 +27,6 @@ from pyro_sgmcmc.nn import (
     ScaleMixtureNormal,
     ScaleMixturePrior,
 )
-from pyro_sgmcmc.potentials import LogJointPotential, TracePotential
 
 HEADS = {
     "normal-fixed": lambda: NormalLikelihood(0.7),

@@ -11,15 +11,15 @@ from pyro import poutine
 from pyro.infer import SVI, Trace_ELBO
 from pyro.infer.autoguide import AutoNormal
 
-from pyro_sgmcmc.metrics import predictive_log_likelihood
-from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood
-from pyro_sgmcmc.predictive import (
+from pyro_sgmcmc.analysis.metrics import predictive_log_likelihood
+from pyro_sgmcmc.analysis.predictive import (
     ClassificationPrediction,
     RegressionPrediction,
     classify_with_cutoff,
     posterior_predictive,
     sample_guide,
 )
+from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood
 
 
 def prior_draws(model, x, num, seed=0):
@@ -153,8 +153,12 @@ def test_draws_must_match_the_sites():
 
 
 def test_classification_report_counts_refusals_and_matches_the_metrics():
-    from pyro_sgmcmc.metrics import accuracy, expected_calibration_error, negative_log_likelihood
-    from pyro_sgmcmc.predictive import classification_report
+    from pyro_sgmcmc.analysis.metrics import (
+        accuracy,
+        expected_calibration_error,
+        negative_log_likelihood,
+    )
+    from pyro_sgmcmc.analysis.predictive import classification_report
 
     probs = torch.tensor([[0.9, 0.05, 0.05], [0.3, 0.4, 0.3], [0.1, 0.1, 0.8], [0.5, 0.2, 0.3]])
     y = torch.tensor([0, 2, 2, 1])

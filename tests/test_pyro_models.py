@@ -30,9 +30,9 @@ from pyro_tutorial_models import (
 from stats_helpers import effective_sample_size
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, run_chains, to_inference_data
-from pyro_sgmcmc.model_structure import GlobalSitesFirst
-from pyro_sgmcmc.predictive import posterior_predictive
-from pyro_sgmcmc.svi import fit_svi
+from pyro_sgmcmc.analysis.predictive import posterior_predictive
+from pyro_sgmcmc.models.structure import GlobalSitesFirst
+from pyro_sgmcmc.variational.svi import fit_svi
 
 KERNELS = {"SGLD": SGLD, "SGHMC": SGHMC, "PSGLD": PSGLD, "ConstantSGD": ConstantSGD}
 

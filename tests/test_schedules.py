@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyro_sgmcmc import schedules
+from pyro_sgmcmc.inference import schedules
 
 
 def test_constant():

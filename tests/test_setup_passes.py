@@ -17,7 +17,7 @@ from pyro.infer import MCMC
 from pyro_tutorial_models import DocsBNN, WeightsInsidePlate, classification_data, regression_data
 from torch import nn
 
-import pyro_sgmcmc.model_structure as model_structure
+import pyro_sgmcmc.models.structure as model_structure
 import pyro_sgmcmc.nn.mlp as mlp
 from pyro_sgmcmc import SGHMC, SGLD, run_chains
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision

@@ -17,7 +17,7 @@ from pyro_sgmcmc.engine import prepare_chains
 from pyro_sgmcmc.engine.fit_check import MARGIN, check_fit
 from pyro_sgmcmc.engine.health import FROZEN, check_draws
 from pyro_sgmcmc.errors import SamplerWarning
-from pyro_sgmcmc.model_structure import inspect_model
+from pyro_sgmcmc.models.structure import inspect_model
 
 
 def _regression_data(num_data: int = 400, seed: int = 0):

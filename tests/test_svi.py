@@ -12,8 +12,13 @@ import torch
 from pyro.infer.autoguide import AutoNormal
 from pyro.infer.autoguide.initialization import init_to_uniform
 
-from pyro_sgmcmc.pruning import format_pruning_table, prune_by_snr, snr_pruning_table
-from pyro_sgmcmc.svi import SVIResult, fit_svi, full_data_negative_elbo, minibatch_elbo_loss
+from pyro_sgmcmc.variational.pruning import format_pruning_table, prune_by_snr, snr_pruning_table
+from pyro_sgmcmc.variational.svi import (
+    SVIResult,
+    fit_svi,
+    full_data_negative_elbo,
+    minibatch_elbo_loss,
+)
 
 PRIOR_SCALE, NOISE = 1.0, 1.0
 
@@ -340,7 +345,7 @@ def test_any_bayesian_mlp_works_whatever_module_local_params_says(built_local):
     SVI (fit, draws, full-data ELBO, export) must work for a model built in either mode and
     called in the other, and leave the caller's setting as it found it.
     """
-    from pyro_sgmcmc.export import to_inference_data
+    from pyro_sgmcmc.analysis.export import to_inference_data
     from pyro_sgmcmc.nn import BayesianMLP
 
     generator = torch.Generator().manual_seed(0)

@@ -18,10 +18,14 @@ import torch
 from pyro.infer.autoguide import AutoNormal
 from pyro.infer.autoguide.initialization import init_to_feasible
 
-from pyro_sgmcmc.flipout import ESTIMATORS, autonormal_loc_and_scale, guide_negative_elbo
-from pyro_sgmcmc.initialization import init_to_fan_in
+from pyro_sgmcmc.models.initialization import init_to_fan_in
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood
-from pyro_sgmcmc.svi import (
+from pyro_sgmcmc.variational.flipout import (
+    ESTIMATORS,
+    autonormal_loc_and_scale,
+    guide_negative_elbo,
+)
+from pyro_sgmcmc.variational.svi import (
     LearnableScaleMixturePrior,
     _SubstitutePrior,
     fit_svi,

@@ -17,7 +17,7 @@ from pyro.infer.autoguide import AutoNormal
 from pyro_sgmcmc._validation import as_tensor_arguments
 from pyro_sgmcmc.errors import SVIDivergedError
 from pyro_sgmcmc.nn import BayesianMLP
-from pyro_sgmcmc.svi import fit_svi
+from pyro_sgmcmc.variational.svi import fit_svi
 
 
 def regression(x, y=None):

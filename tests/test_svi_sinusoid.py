@@ -21,12 +21,17 @@ import time
 import pyro
 import pytest
 
-from pyro_sgmcmc.compare import CompareConfig, build_model, posterior_samples, predictive_metrics
-from pyro_sgmcmc.datasets import load_dataset
-from pyro_sgmcmc.export import to_inference_data
+from pyro_sgmcmc.analysis.export import to_inference_data
+from pyro_sgmcmc.analysis.predictive import posterior_predictive
+from pyro_sgmcmc.cli.compare import (
+    CompareConfig,
+    build_model,
+    posterior_samples,
+    predictive_metrics,
+)
+from pyro_sgmcmc.data.datasets import load_dataset
 from pyro_sgmcmc.nn import BayesianMLP, NormalLikelihood
-from pyro_sgmcmc.predictive import posterior_predictive
-from pyro_sgmcmc.svi import fit_svi
+from pyro_sgmcmc.variational.svi import fit_svi
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ import torch
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, _arviz
 from pyro_sgmcmc.engine.estimators import ControlVariateGradient
 from pyro_sgmcmc.engine.layout import FlatLayout
+from pyro_sgmcmc.inference.vectorized import VectorizedResult, run_chains
+from pyro_sgmcmc.models.potentials import LogJointPotential
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood, ScaleMixturePrior
-from pyro_sgmcmc.potentials import LogJointPotential
-from pyro_sgmcmc.vectorized import VectorizedResult, run_chains
 
 NUM_DATA, DIM = 50, 2
 KERNELS = {"sgld": SGLD, "sghmc": SGHMC, "psgld": PSGLD, "constant_sgd": ConstantSGD}

@@ -60,7 +60,7 @@ def sgld_step(
     :math:`\epsilon`.)
 
     **Stationary distribution.** As :math:`\epsilon_t \to 0` (e.g. a
-    :class:`~pyro_sgmcmc.schedules.PolynomialDecay` schedule) the iterates sample
+    :class:`~pyro_sgmcmc.inference.schedules.PolynomialDecay` schedule) the iterates sample
     :math:`\pi_T(\theta) \propto \exp(-U(\theta)/T)`; ``T = 1`` is the posterior. A *constant*
     :math:`P` needs no correction term (:math:`\Gamma = 0`). With a constant step size the chain is
     biased by :math:`O(\epsilon)` (for a Gaussian of curvature :math:`\kappa` in the preconditioned

@@ -23,7 +23,7 @@ import torch
 from pyro import poutine
 from torch.distributions import biject_to
 
-from ..model_structure import ModelStructure
+from ..models.structure import ModelStructure
 
 __all__ = ["ROWS", "SHIFT", "blind_site_messages", "find_blind_sites"]
 

@@ -22,11 +22,13 @@ from torch.distributions import biject_to
 from torch.distributions.transforms import Transform
 
 from .._validation import as_tensor_arguments
-from ..conjugate import find_normal_gamma_updates
 from ..dynamics.registry import Algorithm
 from ..errors import ModelContractError
-from ..gibbs import GibbsUpdate
-from ..model_structure import (
+from ..models.conjugate import find_normal_gamma_updates
+from ..models.gibbs import GibbsUpdate
+from ..models.potential_choice import make_potential
+from ..models.potentials import Potential
+from ..models.structure import (
     ModelStructure,
     check_finite_data,
     check_plate_fits_data,
@@ -34,8 +36,6 @@ from ..model_structure import (
     inspect_model,
     resolve_batch_size,
 )
-from ..potential_choice import make_potential
-from ..potentials import Potential
 from .adaptation import AdaptiveControl
 from .blind_sites import blind_site_messages, find_blind_sites
 from .controls import MandtRateControl, ScheduleControl, StepControl
@@ -380,7 +380,7 @@ def _check_data_dtypes(args: tuple, kwargs: Mapping[str, Any], dtype: torch.dtyp
 
 def _inspect(model, args, kwargs, settings: SamplerSettings) -> ModelStructure:
     """The model's structure (its one run on all rows; run under a forked generator, so it may
-    stop a ``PyroModule`` early, see :func:`~pyro_sgmcmc.model_structure.inspect_model`)."""
+    stop a ``PyroModule`` early, see :func:`~pyro_sgmcmc.models.structure.inspect_model`)."""
     try:
         return inspect_model(
             model, args, kwargs, settings.subsample_plate, settings.data_args, stop_early=True
@@ -471,8 +471,8 @@ def find_gibbs_updates(
     model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any], structure: ModelStructure
 ) -> list[GibbsUpdate]:
     """The Normal-Gamma pairs of ``model`` (see
-    :func:`~pyro_sgmcmc.conjugate.find_normal_gamma_updates`), found on the set-up rows
-    (:meth:`~pyro_sgmcmc.model_structure.DataPlate.bind_for_setup`): the latent sites, between
+    :func:`~pyro_sgmcmc.models.conjugate.find_normal_gamma_updates`), found on the set-up rows
+    (:meth:`~pyro_sgmcmc.models.structure.DataPlate.bind_for_setup`): the latent sites, between
     which they are found, are the same on any rows.
 
     A plate that subsamples itself runs as it is: it evaluates only its own subsample anyway,

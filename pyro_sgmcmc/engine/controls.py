@@ -25,7 +25,7 @@ import torch
 from ..dynamics.metric import DenseMetric
 from ..dynamics.psgld import rmsprop_preconditioner
 from ..dynamics.sgd import optimal_constant_rates
-from ..schedules import StepSchedule
+from ..inference.schedules import StepSchedule
 from .view import EngineView
 
 __all__ = ["MandtRateControl", "ScheduleControl", "StepControl"]
@@ -116,7 +116,7 @@ class ScheduleControl(StepControl):
     Parameters
     ----------
     schedule:
-        The schedule of :mod:`pyro_sgmcmc.schedules` (or a checked callable).
+        The schedule of :mod:`pyro_sgmcmc.inference.schedules` (or a checked callable).
     scale:
         :math:`1` for a step size, :math:`1/N` for a learning rate.
     """

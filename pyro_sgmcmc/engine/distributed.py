@@ -63,8 +63,8 @@ import torch
 import torch.distributed as dist
 
 from .._validation import check_positive
-from ..checkpoint_files import data_fingerprint
 from ..errors import CheckpointError, DistributedRunError
+from ..inference.checkpoint_files import data_fingerprint
 from .seeds import fresh_seed
 from .settings import settings_signature
 

@@ -3,7 +3,7 @@ r"""Gradient estimators: what a sampler uses as :math:`\nabla U` at each step.
 :class:`MinibatchGradient` is the plain minibatch estimate :math:`\nabla\tilde U_S(z)`;
 :class:`ControlVariateGradient` is the control-variate estimator of SGLD-CV / SGHMC-CV (Baker et
 al. 2019), for tall data. Both evaluate ``C`` chains at once through a
-:class:`~pyro_sgmcmc.potentials.Potential` and carry no randomness of their own.
+:class:`~pyro_sgmcmc.models.potentials.Potential` and carry no randomness of their own.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..errors import SamplerDivergedError
-from ..potentials import Potential
+from ..models.potentials import Potential
 
 __all__ = ["AutoControlVariate", "ControlVariateGradient", "MinibatchGradient", "find_centre"]
 

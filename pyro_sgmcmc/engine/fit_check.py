@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from pyro import poutine
 
-from ..model_structure import ModelStructure, plate_frame, rows_log_prob, spread_rows
+from ..models.structure import ModelStructure, plate_frame, rows_log_prob, spread_rows
 
 __all__ = ["MARGIN", "ROWS", "Z", "check_fit", "rows_log_likelihood"]
 

@@ -1,8 +1,8 @@
 r"""Gibbs blocks inside the engine: exact conditional draws of some sites, chain by chain.
 
 Each chain draws from its own conditional with its own generator (see
-:class:`~pyro_sgmcmc.gibbs.GibbsUpdate`), so the draws of chain :math:`c` do not depend on how many
-chains run beside it.
+:class:`~pyro_sgmcmc.models.gibbs.GibbsUpdate`), so the draws of chain :math:`c` do not depend on
+how many chains run beside it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from ..gibbs import GibbsUpdate
-from ..potentials import Potential
+from ..models.gibbs import GibbsUpdate
+from ..models.potentials import Potential
 
 __all__ = ["GibbsBlocks", "supports_temperature"]
 

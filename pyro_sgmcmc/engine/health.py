@@ -34,7 +34,7 @@ import torch
 from pyro import poutine
 
 from ..errors import SamplerWarning
-from ..model_structure import DataPlate
+from ..models.structure import DataPlate
 
 __all__ = ["FROZEN", "FROZEN_MIN_DRAWS", "check_classifier", "check_draws", "warn_all"]
 

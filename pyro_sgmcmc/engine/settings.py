@@ -15,9 +15,9 @@ from typing import Any
 from torch.distributions.transforms import Transform
 
 from .._validation import check_positive, check_positive_int
-from ..gibbs import GibbsUpdate
-from ..potential_choice import POTENTIAL_CHOICES
-from ..schedules import StepSchedule, as_schedule
+from ..inference.schedules import StepSchedule, as_schedule
+from ..models.gibbs import GibbsUpdate
+from ..models.potential_choice import POTENTIAL_CHOICES
 from .minibatch import BatchSampling
 
 __all__ = ["SamplerSettings", "describe"]

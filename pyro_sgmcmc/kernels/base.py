@@ -24,7 +24,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from torch.distributions.transforms import Transform
 
 from .._validation import check_positive_int
-from ..checkpoint_files import check_signature
+from ..analysis.function_space import OutputDraws, run_verdict
 from ..dynamics.registry import get_algorithm
 from ..engine.build import PreparedChains, prepare_chains
 from ..engine.health import warn_all
@@ -32,10 +32,10 @@ from ..engine.recorder import DrawRecorder
 from ..engine.report import coordinate_steps, sampling_report
 from ..engine.settings import SamplerSettings
 from ..errors import CheckpointError, SamplerDivergedError
-from ..function_space import OutputDraws, run_verdict
-from ..gibbs import GibbsUpdate
-from ..initialization import init_to_fan_in
-from ..schedules import StepSchedule
+from ..inference.checkpoint_files import check_signature
+from ..inference.schedules import StepSchedule
+from ..models.gibbs import GibbsUpdate
+from ..models.initialization import init_to_fan_in
 
 TensorDict = dict[str, torch.Tensor]
 #: The kernels' default start: weight tensors uniform in +-2/sqrt(fan-in), every other site

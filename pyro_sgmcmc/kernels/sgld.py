@@ -28,7 +28,7 @@ class SGLD(StochasticGradientKernel):
         ``subsample_size``) and are indexed by the plate's indices; see the model contract.
     step_size:
         :math:`\epsilon`, multiplying the gradient of the full-data potential: a positive float,
-        a schedule from :mod:`pyro_sgmcmc.schedules`, or a callable of the step counter.
+        a schedule from :mod:`pyro_sgmcmc.inference.schedules`, or a callable of the step counter.
     learning_rate:
         Alternative to ``step_size``, per datum: :math:`\epsilon = \text{learning\_rate} / N`,
         which does not change with the size of the data set. Give exactly one of the two.
@@ -48,16 +48,17 @@ class SGLD(StochasticGradientKernel):
         :math:`T > 0`.
     init_strategy:
         A Pyro init strategy. The default,
-        :func:`init_to_fan_in(2.0, init_to_uniform) <pyro_sgmcmc.initialization.init_to_fan_in>`,
-        starts weight tensors uniformly in :math:`\pm 2/\sqrt{\text{fan-in}}` and every other
-        site uniformly in :math:`(-2, 2)` in unconstrained space (NUTS's default): over-dispersed
-        starts, which R-hat needs, at a network's scale.
+        :func:`init_to_fan_in(2.0, init_to_uniform)
+        <pyro_sgmcmc.models.initialization.init_to_fan_in>`, starts weight tensors uniformly in
+        :math:`\pm 2/\sqrt{\text{fan-in}}` and every other site uniformly in :math:`(-2, 2)` in
+        unconstrained space (NUTS's default): over-dispersed starts, which R-hat needs, at a
+        network's scale.
     seed:
         Seed of the chains' generators: chain ``c`` uses a seed derived from ``(seed, c)``.
         ``None`` draws the seeds from torch's global RNG, so ``pyro.set_rng_seed`` makes the run
         reproducible.
     gibbs_updates:
-        Exact conditional updates of some sites (:class:`~pyro_sgmcmc.gibbs.GibbsUpdate`);
+        Exact conditional updates of some sites (:class:`~pyro_sgmcmc.models.gibbs.GibbsUpdate`);
         ``"auto"`` asks the model (``model.gibbs_updates()``), ``None`` disables them.
     gibbs_every:
         Gradient steps between Gibbs updates; default one epoch (``N // B`` steps).
@@ -100,7 +101,7 @@ class SGLD(StochasticGradientKernel):
         twenty). A small model's step then costs tens of microseconds instead of about a
         millisecond: worth it for runs of tens of thousands of steps. A model with a
         closed-form gradient (:class:`~pyro_sgmcmc.nn.BayesianMLP`) has it compiled with
-        ``torch.compile``; a model that cannot be recorded (:mod:`pyro_sgmcmc.graph_capture`)
+        ``torch.compile``; a model that cannot be recorded (:mod:`pyro_sgmcmc.models.graph_capture`)
         stays eager.
     data_parallel:
         Evaluate every minibatch across the ranks of ``torch.distributed``'s process group (one
@@ -114,8 +115,8 @@ class SGLD(StochasticGradientKernel):
         Keep a reference to every kept draw (default ``True``) so that a
         :class:`~pyro_sgmcmc.SamplerDivergedError` can hand back what was collected before it.
         ``False`` holds no draws: use it with ``pyro.infer.StreamingMCMC`` or
-        :class:`~pyro_sgmcmc.checkpoint.ResumableMCMC` (``draw_dtype``) when the draws of a large
-        network would not fit in memory twice.
+        :class:`~pyro_sgmcmc.inference.checkpoint.ResumableMCMC` (``draw_dtype``) when the draws of
+        a large network would not fit in memory twice.
 
     References
     ----------

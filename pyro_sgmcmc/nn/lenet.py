@@ -86,7 +86,7 @@ class LeNet5(PyroModule):
     """
 
     #: Hidden units can be permuted: convergence is judged on the outputs
-    #: (:mod:`pyro_sgmcmc.diagnostics`).
+    #: (:mod:`pyro_sgmcmc.analysis.diagnostics`).
     function_space = True
 
     def __init__(

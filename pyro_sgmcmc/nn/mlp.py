@@ -31,9 +31,9 @@ from pyro.nn import PyroModule
 from torch import nn
 
 from .._validation import check_positive, check_positive_int
-from ..conjugate import NormalGammaPrecisionUpdate, NormalNoisePrecisionUpdate
 from ..errors import ModelContractError
-from ..gibbs import GibbsUpdate
+from ..models.conjugate import NormalGammaPrecisionUpdate, NormalNoisePrecisionUpdate
+from ..models.gibbs import GibbsUpdate
 from .likelihoods import (
     CategoricalLikelihood,
     HeteroscedasticNormalLikelihood,
@@ -115,8 +115,8 @@ class BayesianMLP(PyroModule):
     :math:`f_\theta(x)` of shape ``(rows, outputs)``: the mean, or mean and log-variance, or the
     logits) sit inside ``pyro.plate("data", N)``; ``forward`` also returns ``output``.
     ``pyro.infer.Predictive(model, posterior_samples=...)(x)`` therefore yields ``obs`` and
-    ``output`` per draw, and :func:`pyro_sgmcmc.predictive.posterior_predictive` computes the
-    predictive summaries directly from the draws with :meth:`functional_forward`.
+    ``output`` per draw, and :func:`pyro_sgmcmc.analysis.predictive.posterior_predictive` computes
+    the predictive summaries directly from the draws with :meth:`functional_forward`.
 
     Parameters
     ----------
@@ -196,7 +196,8 @@ class BayesianMLP(PyroModule):
         self.in_features = in_features
         self.hidden_features = tuple(hidden)
         self.out_features = out_features
-        # hidden units can be permuted: judge convergence on the outputs (pyro_sgmcmc.diagnostics)
+        # hidden units can be permuted: judge convergence on the outputs
+        # (pyro_sgmcmc.analysis.diagnostics)
         self.function_space = bool(hidden)
         self.activation = activation_fn
 
@@ -563,9 +564,9 @@ class BayesianMLP(PyroModule):
     def gibbs_updates(self) -> list[GibbsUpdate]:
         """Exact conditional updates of the Gamma precisions, derived from the declared priors.
 
-        One :class:`~pyro_sgmcmc.conjugate.NormalGammaPrecisionUpdate` per weight group when the
-        prior is :class:`GammaPrecision`, and a
-        :class:`~pyro_sgmcmc.conjugate.NormalNoisePrecisionUpdate` when the head is a
+        One :class:`~pyro_sgmcmc.models.conjugate.NormalGammaPrecisionUpdate` per weight group when
+        the prior is :class:`GammaPrecision`, and a
+        :class:`~pyro_sgmcmc.models.conjugate.NormalNoisePrecisionUpdate` when the head is a
         :class:`NormalLikelihood` with a Gamma noise precision. Empty otherwise.
         """
         updates: list[GibbsUpdate] = []

@@ -10,7 +10,7 @@ Three priors over each weight matrix :math:`W` and bias vector :math:`b` of a la
   and each bias vector, Neal 1996), :math:`\lambda_g \sim \mathrm{Gamma}(\alpha, \beta)` and
   :math:`w \mid \lambda_g \sim \mathcal N(0, \lambda_g^{-1})`. The precisions are latent sites
   ``<group>_precision`` (e.g. ``layers.0.weight_precision``), sampled jointly by NUTS or by exact
-  Gibbs steps inside the SG-MCMC kernels (:mod:`pyro_sgmcmc.conjugate`).
+  Gibbs steps inside the SG-MCMC kernels (:mod:`pyro_sgmcmc.models.conjugate`).
 
 Each prior describes itself twice: as ``PyroSample`` statements on a ``PyroModule`` (the Pyro
 path) and as a closed-form ``log_prob`` of a dict of constrained values (the fast path of
@@ -175,7 +175,7 @@ class Prior:
     Subclasses implement :meth:`attach` (the Pyro path) and :meth:`log_prob` (the fast path).
     ``log_prob`` takes ``batch_ndim``, the number of leading draw (or chain) dimensions of the
     values, and returns one log density per draw (a scalar when ``batch_ndim = 0``); the
-    vectorised multi-chain runner (:mod:`pyro_sgmcmc.vectorized`) relies on it.
+    vectorised multi-chain runner (:mod:`pyro_sgmcmc.inference.vectorized`) relies on it.
     """
 
     def attach(self, module: PyroModule, name: str, shape: Sequence[int]) -> tuple[str, ...]:

@@ -1,0 +1,442 @@
+r"""Convergence report and verdict: R-hat, bulk and tail ESS, ESS per second, divergences.
+
+For every scalar coordinate of every posterior variable ArviZ computes the rank-normalised split
+:math:`\hat R` and the bulk and tail effective sample sizes of Vehtari et al. (2021); the report
+keeps the worst of each (largest :math:`\hat R`, smallest ESS) and divides the smallest bulk ESS by
+the wall time.
+
+Every report carries a **verdict** (:class:`Verdict`), ``converged`` or ``not converged:
+<statistic> <value> <than> <bound>; run about k times longer``, against the bounds of Vehtari et
+al. (2021):
+
+* a model whose parameters are identified: :math:`\hat R \le` :data:`RHAT_BOUND` (1.01) and
+  bulk and tail ESS :math:`\ge` :data:`ESS_PER_CHAIN` (100) per chain, over every parameter;
+* a network (hidden units that can be permuted: :func:`~pyro_sgmcmc.models.structure.
+  has_hidden_units`): its weights are not identified -- two chains in modes that differ only by
+  a permutation of units give a weight-space :math:`\hat R` far above 1 while they agree on
+  every prediction -- so it is judged in function space, on its outputs :math:`f(x)` at fixed
+  inputs: :math:`\hat R \le` :data:`FUNCTION_RHAT_BOUND` (1.05) and ESS :math:`\ge` 100 per
+  chain over every output.
+
+"Run about k times longer" extrapolates: ESS grows in proportion to the number of draws, and
+:math:`\hat R - 1` falls about in inverse proportion to it. With one chain :math:`\hat R`
+cannot be computed and only the ESS is judged.
+
+For SVI the "chains" are independent fits, each with independent draws from its guide:
+:math:`\hat R` then measures the agreement between fits, and the ESS is close to the number of
+draws by construction (it says nothing about the quality of the approximation).
+
+References
+----------
+A. Vehtari, A. Gelman, D. Simpson, B. Carpenter and P.-C. Bürkner, "Rank-normalization, folding,
+and localization: an improved R-hat for assessing convergence of MCMC", Bayesian Analysis 16(2),
+2021.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _arviz
+
+__all__ = [
+    "ESS_PER_CHAIN",
+    "FUNCTION_RHAT_BOUND",
+    "RHAT_BOUND",
+    "ConvergenceReport",
+    "Verdict",
+    "convergence_report",
+    "format_reports",
+    "judge",
+    "reports_table",
+    "worst_statistics",
+]
+
+#: :math:`\hat R` bound for identified parameters (Vehtari et al. 2021).
+RHAT_BOUND = 1.01
+#: :math:`\hat R` bound for a network's outputs :math:`f(x)`.
+FUNCTION_RHAT_BOUND = 1.05
+#: Bulk and tail ESS bound, per chain (Vehtari et al. 2021).
+ESS_PER_CHAIN = 100
+#: Fewer draws per chain than this cannot be judged (ArviZ's ESS needs four).
+MIN_DRAWS = 4
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether draws meet the convergence bounds of the module docstring, and if not, the
+    statistic furthest from its bound.
+
+    Attributes
+    ----------
+    converged:
+        Every statistic within its bound.
+    statistic:
+        ``"R-hat"``, ``"bulk ESS"`` or ``"tail ESS"``: the one that needs the longest run
+        (``None`` when converged); ``"fitted"`` for the draws of an SVI guide, which are
+        independent by construction, so that R-hat and ESS say nothing of the fit.
+    value, bound:
+        Its value and bound.
+    longer:
+        About how many times longer the run should be for it to meet its bound (1 when
+        converged).
+    basis:
+        What was judged: ``"parameters"`` or ``"f(x)"`` (a network's outputs).
+    """
+
+    converged: bool
+    statistic: str | None
+    value: float
+    bound: float
+    longer: float
+    basis: str = "parameters"
+
+    def __str__(self) -> str:
+        if self.converged:
+            return "converged"
+        if self.statistic is None:
+            return "not converged: no finite diagnostics"
+        if self.statistic == "fitted":
+            return "fitted (independent draws of a fitted guide: R-hat and ESS do not judge it)"
+        if self.statistic == "draws":
+            return (
+                f"not converged: {self.value:.0f} draws per chain are too few to judge (at least "
+                f"{self.bound:.0f})"
+            )
+        than = ">" if self.statistic == "R-hat" else "<"
+        value = f"{self.value:.3f}" if self.statistic == "R-hat" else f"{self.value:.0f}"
+        bound = f"{self.bound:.2f}" if self.statistic == "R-hat" else f"{self.bound:.0f}"
+        where = "" if self.basis == "parameters" else f" of {self.basis}"
+        return (
+            f"not converged: {self.statistic}{where} {value} {than} {bound}; run about "
+            f"{math.ceil(self.longer)} times longer"
+        )
+
+
+def judge(
+    max_rhat: float,
+    min_ess_bulk: float,
+    min_ess_tail: float,
+    num_chains: int,
+    *,
+    function_space: bool = False,
+    min_ess: float | None = None,
+    num_draws: int | None = None,
+) -> Verdict:
+    r"""The :class:`Verdict` on worst-case statistics (see the module docstring).
+
+    Parameters
+    ----------
+    max_rhat, min_ess_bulk, min_ess_tail:
+        The largest :math:`\hat R` (``nan`` with one chain) and the smallest ESS.
+    num_chains:
+        Chains of the run (the ESS bound is per chain).
+    function_space:
+        Judge a network's outputs (:data:`FUNCTION_RHAT_BOUND`) instead of parameters.
+    min_ess:
+        A total ESS to require instead of :data:`ESS_PER_CHAIN` per chain (the larger counts).
+    num_draws:
+        Draws per chain; fewer than :data:`MIN_DRAWS` cannot be judged.
+    """
+    rhat_bound = FUNCTION_RHAT_BOUND if function_space else RHAT_BOUND
+    ess_bound = float(max(ESS_PER_CHAIN * num_chains, min_ess or 0))
+    basis = "f(x)" if function_space else "parameters"
+    if num_draws is not None and num_draws < MIN_DRAWS:
+        return Verdict(False, "draws", num_draws, MIN_DRAWS, MIN_DRAWS / max(num_draws, 1), basis)
+    needs = []  # (how many times longer, statistic, value, bound)
+    if not math.isnan(max_rhat):
+        excess = (max_rhat - 1.0) / (rhat_bound - 1.0)
+        needs.append((excess, "R-hat", max_rhat, rhat_bound))
+    for name, value in (("bulk ESS", min_ess_bulk), ("tail ESS", min_ess_tail)):
+        factor = ess_bound / value if value > 0 else math.inf
+        needs.append((factor if not math.isnan(value) else math.inf, name, value, ess_bound))
+    worst = max(needs, key=lambda need: need[0])
+    if worst[0] <= 1.0:
+        return Verdict(True, None, math.nan, math.nan, 1.0, basis)
+    return Verdict(False, worst[1], worst[2], worst[3], worst[0], basis)
+
+
+@dataclass(frozen=True)
+class ConvergenceReport:
+    """Worst-case convergence statistics of one inference result.
+
+    Attributes
+    ----------
+    method:
+        Name of the method (e.g. ``"NUTS"``, ``"SGHMC"``, ``"SVI"``).
+    num_chains, num_draws:
+        Chains and draws per chain.
+    max_rhat:
+        Largest rank-normalised split :math:`\\hat R` over all scalar quantities (``nan`` with a
+        single chain: R-hat compares chains).
+    min_ess_bulk, min_ess_tail:
+        Smallest bulk and tail ESS over all scalar quantities.
+    wall_time:
+        Seconds of inference (``nan`` if unknown).
+    ess_bulk_per_second:
+        ``min_ess_bulk / wall_time`` (``nan`` if the wall time is unknown or zero).
+    divergences:
+        Post-warm-up draws flagged ``diverging`` in ``sample_stats`` (0 if not recorded).
+    verdict:
+        The :class:`Verdict` on these statistics.
+    """
+
+    method: str
+    num_chains: int
+    num_draws: int
+    max_rhat: float
+    min_ess_bulk: float
+    min_ess_tail: float
+    wall_time: float
+    ess_bulk_per_second: float
+    divergences: int
+    verdict: Verdict | None = None
+
+    def __post_init__(self) -> None:
+        if self.verdict is None:
+            verdict = judge(self.max_rhat, self.min_ess_bulk, self.min_ess_tail, self.num_chains)
+            object.__setattr__(self, "verdict", verdict)
+
+    def to_dict(self) -> dict[str, float | int | str | bool]:
+        """The fields as a plain dict (JSON-serialisable); the verdict as ``converged``,
+        ``verdict`` (its text) and ``basis``."""
+        fields = asdict(self)
+        fields.pop("verdict")
+        return {
+            **fields,
+            "converged": self.verdict.converged,
+            "verdict": str(self.verdict),
+            "basis": self.verdict.basis,
+        }
+
+    @property
+    def converged(self) -> bool:
+        """Whether the verdict is ``converged`` (the bounds of the module docstring)."""
+        return self.verdict.converged
+
+    @property
+    def basis(self) -> str:
+        """What the verdict judged: ``"parameters"`` or ``"f(x)"`` (a network's outputs)."""
+        return self.verdict.basis
+
+    def __str__(self) -> str:
+        return format_reports([self])
+
+
+def _min_or_nan(dataset) -> float:
+    values = np.concatenate([np.ravel(v.values) for v in dataset.data_vars.values()] or [[]])
+    values = values[np.isfinite(values)]
+    return float(values.min()) if values.size else math.nan
+
+
+def convergence_report(
+    idata: Any,
+    method: str | None = None,
+    *,
+    wall_time: float | None = None,
+    var_names: Sequence[str] | None = None,
+    group: str | None = None,
+    function_space: bool | None = None,
+    min_ess: float | None = None,
+) -> ConvergenceReport:
+    """Summarise the convergence of a run's draws and judge it (see the module docstring).
+
+    Parameters
+    ----------
+    idata:
+        An ``InferenceData`` (ArviZ 0.x) or ``DataTree`` (ArviZ 1.x) with a ``posterior`` group
+        (e.g. from :func:`pyro_sgmcmc.analysis.export.to_inference_data`).
+    method:
+        Name shown in the table; defaults to the ``method`` attribute of the posterior.
+    wall_time:
+        Seconds of inference, >= 0; defaults to the ``sampling_time`` attribute.
+    var_names:
+        Variables to include (default: all of the group).
+    group:
+        The group whose draws are diagnosed. Default: ``"posterior"``; for a network
+        (``function_space``), its outputs: the variable ``output`` of ``predictions`` (the
+        test inputs), else of ``posterior_predictive`` (the training inputs).
+    function_space:
+        Judge the draws as a network's outputs (:data:`FUNCTION_RHAT_BOUND`). Default: the
+        ``function_space`` attribute the export records for networks, when the export holds
+        their outputs.
+    min_ess:
+        A total bulk and tail ESS to require beyond :data:`ESS_PER_CHAIN` per chain.
+
+    Returns
+    -------
+    ConvergenceReport
+    """
+    if not _arviz.has_group(idata, "posterior"):
+        raise ValueError("idata must have a posterior group")
+    attrs = _arviz.get_group(idata, "posterior").attrs
+    if function_space is None:
+        function_space = bool(attrs.get("function_space", False)) and (
+            group is not None or _output_group(idata) is not None
+        )
+    if group is None:
+        group = (_output_group(idata) if function_space else None) or "posterior"
+        if function_space and var_names is None and group != "posterior":
+            var_names = ["output"]
+    dataset = _select(idata, group, var_names)
+    if wall_time is None:
+        wall_time = attrs.get("sampling_time", math.nan)
+    wall_time = float(wall_time)
+    if not (math.isnan(wall_time) or wall_time >= 0):
+        raise ValueError(f"wall_time must be >= 0 seconds, got {wall_time}")
+    if method is None:
+        method = str(attrs.get("method", "unknown"))
+    num_chains, num_draws = dataset.sizes["chain"], dataset.sizes["draw"]
+    max_rhat, min_bulk, min_tail = worst_statistics(dataset)
+    per_second = min_bulk / wall_time if wall_time and wall_time > 0 else math.nan
+    divergences = 0
+    if _arviz.has_group(idata, "sample_stats"):
+        stats = _arviz.get_group(idata, "sample_stats")
+        if "diverging" in stats:
+            divergences = int(stats["diverging"].values.sum())
+    verdict = judge(
+        max_rhat, min_bulk, min_tail, int(num_chains),
+        function_space=function_space, min_ess=min_ess, num_draws=int(num_draws),
+    )  # fmt: skip
+    if "svi_estimator" in attrs:  # an SVI export (pyro_sgmcmc.analysis.export)
+        # draws of a variational guide are independent by construction: no chain to judge
+        verdict = Verdict(False, "fitted", math.nan, math.nan, 1.0, verdict.basis)
+    return ConvergenceReport(
+        method=method,
+        num_chains=int(num_chains),
+        num_draws=int(num_draws),
+        max_rhat=max_rhat,
+        min_ess_bulk=min_bulk,
+        min_ess_tail=min_tail,
+        wall_time=wall_time,
+        ess_bulk_per_second=per_second,
+        divergences=divergences,
+        verdict=verdict,
+    )
+
+
+def _output_group(idata: Any) -> str | None:
+    """The group holding a network's outputs ``output``: test inputs first."""
+    for group in ("predictions", "posterior_predictive"):
+        if _arviz.has_group(idata, group) and "output" in _arviz.get_group(idata, group):
+            return group
+    return None
+
+
+def _select(idata: Any, group: str, var_names: Sequence[str] | None):
+    names = _arviz.group_names(idata)
+    if group not in names:
+        raise ValueError(f"group must be one of {names}, got {group!r}")
+    dataset = _arviz.get_group(idata, group)
+    if var_names is None:
+        return dataset
+    missing = [v for v in var_names if v not in dataset.data_vars]
+    if missing:
+        raise ValueError(
+            f"var_names must name variables of the {group} group "
+            f"{sorted(dataset.data_vars)}, got unknown {missing}"
+        )
+    return dataset[list(var_names)]
+
+
+def worst_statistics(dataset) -> tuple[float, float, float]:
+    r"""The largest rank-normalised split :math:`\hat R` (``nan`` with one chain; ``inf`` for a
+    coordinate constant within chains but not across them) and the smallest bulk and tail ESS
+    over every scalar of an xarray ``Dataset`` with ``chain`` and ``draw`` dimensions."""
+    num_chains = dataset.sizes["chain"]
+    if dataset.sizes["draw"] < MIN_DRAWS:
+        return math.nan, math.nan, math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # R-hat compares chains: with one chain ArviZ logs a warning and returns nan, so it
+            # is not asked (the report shows nan)
+            rhat = _arviz.rhat(dataset) if num_chains > 1 else None
+            ess_bulk = _arviz.ess(dataset, method="bulk")
+            ess_tail = _arviz.ess(dataset, method="tail")
+    max_rhat = math.nan
+    if rhat is not None:
+        rhat_values = np.concatenate([np.ravel(v.values) for v in rhat.data_vars.values()])
+        finite = rhat_values[np.isfinite(rhat_values)]
+        if finite.size == rhat_values.size and finite.size:
+            max_rhat = float(finite.max())
+        elif finite.size:
+            max_rhat = math.inf
+    return max_rhat, _min_or_nan(ess_bulk), _min_or_nan(ess_tail)
+
+
+_COLUMNS = (
+    ("method", "method", "{}"),
+    ("chains", "num_chains", "{:d}"),
+    ("draws", "num_draws", "{:d}"),
+    ("max R-hat", "max_rhat", "{:.3f}"),
+    ("min ESS bulk", "min_ess_bulk", "{:.0f}"),
+    ("min ESS tail", "min_ess_tail", "{:.0f}"),
+    ("time [s]", "wall_time", "{:.2f}"),
+    ("ESS/s", "ess_bulk_per_second", "{:.2f}"),
+    ("divergences", "divergences", "{:d}"),
+    ("judged on", "basis", "{}"),
+    ("verdict", "verdict", "{}"),
+)
+
+
+def format_reports(reports: Iterable[ConvergenceReport]) -> str:
+    """A plain-text table with one row per report (for tutorials and the CLI)."""
+    reports = list(reports)
+    if not reports:
+        raise ValueError("reports must contain at least one ConvergenceReport")
+    rows = [[title for title, _, _ in _COLUMNS]]
+    for report in reports:
+        row = []
+        for _, attribute, fmt in _COLUMNS:
+            value = getattr(report, attribute)
+            if isinstance(value, float) and not math.isfinite(value):
+                row.append("inf" if value == math.inf else "-")
+            else:
+                row.append(fmt.format(value))
+        rows.append(row)
+    widths = [max(len(row[k]) for row in rows) for k in range(len(_COLUMNS))]
+    lines = []
+    for i, row in enumerate(rows):
+        last = len(row) - 1  # the method and the verdict are words: left-aligned
+        cells = [
+            cell.ljust(width) if k in (0, last) else cell.rjust(width)
+            for k, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def reports_table(reports: Iterable[ConvergenceReport]) -> Any:
+    """The table of :func:`format_reports` as a ``pandas.DataFrame``, one row per method.
+
+    A notebook renders it as an HTML table. The columns carry the same titles as the text
+    table; values are numbers (``NaN`` where a statistic does not apply), not strings.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by method.
+    """
+    import pandas as pd  # an ArviZ dependency, imported here to keep this module light
+
+    reports = list(reports)
+    if not reports:
+        raise ValueError("reports must contain at least one ConvergenceReport")
+    rows = [
+        {
+            title: str(value) if isinstance(value, Verdict) else value
+            for title, attribute, _ in _COLUMNS
+            for value in [getattr(report, attribute)]
+        }
+        for report in reports
+    ]
+    return pd.DataFrame(rows).set_index("method")

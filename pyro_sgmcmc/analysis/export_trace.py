@@ -1,0 +1,313 @@
+"""Log-likelihood and predictive draws: the model traced once per draw and chunk of rows.
+
+For every draw of a run the model is traced with its latent sites conditioned on the draw and
+its observations un-conditioned (module docstring of :mod:`pyro_sgmcmc.analysis.export`,
+"Log-likelihood and predictive draws"); a pass (:func:`_run_pass`) reads from each trace the
+pointwise log-likelihood, the predictive draws, the log joint and the observed values, on the
+training data or on a test set (:func:`_test_pass`). :mod:`~pyro_sgmcmc.analysis.export_groups`
+stores what a pass returns as the ``log_likelihood``, ``posterior_predictive``, ``observed_data``,
+``predictions`` and ``sample_stats`` groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from pyro import poutine
+from pyro.poutine.util import site_is_subsample
+
+from ..errors import ModelContractError
+from ..models.structure import plate_chunks, plate_frame, rows_log_prob
+from .export_checks import _check_finite, _check_support, _check_test_like_training, _DataError
+from .export_xarray import _numpy
+
+__all__ = ["OUTPUT"]
+
+#: The variable of ``posterior_predictive`` and ``predictions`` holding a model's outputs
+#: (its return value, or its own site of that name): what networks are judged on.
+OUTPUT = "output"
+
+
+def _plate_axis_of_value(site: Mapping[str, Any], frame: Any) -> int:
+    return site["value"].dim() - site["fn"].event_dim + frame.dim
+
+
+def _first_rows(value: torch.Tensor, axis: int | None, num_rows: int | None) -> torch.Tensor:
+    """``value`` cut to its first ``num_rows`` rows along the plate ``axis``: a plate that
+    subsamples itself is padded to its own size
+    (:meth:`~pyro_sgmcmc.models.structure.DataPlate.bind`)."""
+    if axis is None or num_rows is None or value.dim() <= axis or value.shape[axis] <= num_rows:
+        return value
+    return value.narrow(axis, 0, num_rows)
+
+
+class _Pass:
+    """Outputs of one pass over the draws for one data set (training or test)."""
+
+    def __init__(self) -> None:
+        self.log_likelihood: dict[str, list[np.ndarray]] = {}
+        self.predictive: dict[str, list[np.ndarray]] = {}
+        self.log_joint: list[float] = []
+        self.observed: dict[str, np.ndarray] = {}
+        self.plate_axis: dict[str, int | None] = {}
+
+
+@dataclass(frozen=True)
+class _Wants:
+    """What a pass reads from each trace (``label`` names the data in error messages)."""
+
+    log_likelihood: bool
+    predictive: bool
+    log_joint: bool
+    label: str
+    rows: int | None = None  # the rows of the whole pass (None: no ``output`` is read)
+
+    @property
+    def any(self) -> bool:
+        return self.log_likelihood or self.predictive or self.log_joint
+
+
+class _DrawParts:
+    """The outputs of one draw, gathered over the chunks of rows."""
+
+    def __init__(self, first_draw: bool) -> None:
+        self.first_draw = first_draw
+        self.log_likelihood: dict[str, list[torch.Tensor]] = {}
+        self.predictive: dict[str, list[torch.Tensor]] = {}
+        self.observed: dict[str, list[torch.Tensor]] = {}
+        self.log_joint = 0.0
+
+    def add_fast_log_likelihood(self, value: torch.Tensor | Mapping[str, torch.Tensor]) -> None:
+        if isinstance(value, torch.Tensor):
+            value = {"__single__": value}
+        for name, v in value.items():
+            self.log_likelihood.setdefault(name, []).append(v.detach())
+
+    def read(self, trace, latents, plate_name, wants: _Wants, chunk, keep, plate_axis) -> None:
+        """Read one trace (chunk ``chunk`` of the rows, of which the first ``keep`` are real)."""
+        if wants.predictive and wants.rows is not None:
+            self._read_output(trace, keep or wants.rows, plate_axis)
+        for name, site in trace.nodes.items():
+            if site["type"] != "sample" or site_is_subsample(site):
+                continue
+            frame = plate_frame(site, plate_name)
+            if not site["infer"].get("was_observed", False):
+                if wants.log_joint and chunk == 0 and name in latents:
+                    self.log_joint += float(site["fn"].log_prob(site["value"]).sum())
+                if wants.predictive and name not in latents and frame is not None:
+                    # called without targets (e.g. model(x_test)): a predictive draw
+                    plate_axis[name] = axis = _plate_axis_of_value(site, frame)
+                    self.predictive.setdefault(name, []).append(
+                        _first_rows(site["value"], axis, keep)
+                    )
+                continue
+            if frame is None and chunk > 0:
+                continue
+            self._read_observed(name, site, frame, wants, keep, plate_axis)
+
+    def _read_output(self, trace, rows: int, plate_axis) -> None:
+        """The model's return value as ``output`` -- a network's outputs :math:`f(x)`, one per
+        row -- where the model returns a tensor with a leading axis of the rows and has no site
+        of that name itself."""
+        returned = trace.nodes.get("_RETURN", {}).get("value")
+        if OUTPUT in trace.nodes or not isinstance(returned, torch.Tensor):
+            return
+        if returned.dim() == 0 or returned.shape[0] < rows:
+            return
+        plate_axis[OUTPUT] = 0
+        self.predictive.setdefault(OUTPUT, []).append(returned.detach()[:rows])
+
+    def _read_observed(self, name, site, frame, wants: _Wants, keep, plate_axis) -> None:
+        axis = None if frame is None else _plate_axis_of_value(site, frame)
+        plate_axis[name] = axis
+        obs = _first_rows(site["infer"]["obs"], axis, keep)
+        if site["infer"].get("_deterministic", False):
+            # pyro.deterministic: a function of the draw, not an observation
+            if wants.predictive:
+                self.predictive.setdefault(name, []).append(obs)
+            return
+        if self.first_draw:
+            _check_support(wants.label, name, site, site["infer"]["obs"])
+        if wants.log_likelihood or wants.log_joint:
+            rows_lp = rows_log_prob(site, site["infer"]["obs"], frame)[: keep or None]
+            if wants.log_likelihood:
+                self.log_likelihood.setdefault(name, []).append(rows_lp)
+            self.log_joint += float(rows_lp.sum())
+        if wants.predictive:
+            self.predictive.setdefault(name, []).append(_first_rows(site["value"], axis, keep))
+        if self.first_draw:
+            self.observed.setdefault(name, []).append(obs)
+
+    def store(self, result: _Pass, want_log_joint: bool) -> None:
+        for name, parts in self.log_likelihood.items():
+            # float64: az.loo / az.compare lose the log-likelihood's precision in float32
+            values = torch.cat([part.reshape(-1) for part in parts]).double()
+            result.log_likelihood.setdefault(name, []).append(_numpy(values))
+        for name, parts in self.predictive.items():
+            axis = result.plate_axis[name]
+            joined = parts[0] if axis is None else torch.cat(parts, dim=axis)
+            result.predictive.setdefault(name, []).append(_numpy(joined))
+        for name, parts in self.observed.items():
+            axis = result.plate_axis[name]
+            result.observed[name] = _numpy(parts[0] if axis is None else torch.cat(parts, axis))
+        if want_log_joint:
+            result.log_joint.append(self.log_joint)
+
+
+def _data_plate_size(model, latents, args, kwargs, plate_name) -> int:
+    return _plate_chunks(model, latents, args, kwargs, plate_name, None)[0].num_data
+
+
+def _plate_chunks(model, latents, args, kwargs, plate_name, chunk_size):
+    try:
+        return plate_chunks(model, args, kwargs, plate_name, latents, chunk_size)
+    except ModelContractError as error:
+        raise ValueError(f"chunk_size={chunk_size}: {error}; pass chunk_size=None") from error
+
+
+def _run_pass(
+    model: Callable[..., Any],
+    draws: Mapping[str, torch.Tensor],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    *,
+    plate_name: str,
+    chunk_size: int | None,
+    want_log_likelihood: bool,
+    want_predictive: bool,
+    want_log_joint: bool,
+    use_fast_path: bool,
+    label: str = "the training data",
+    chain_models: Sequence[Callable[..., Any]] | None = None,
+    read_output: bool = False,
+) -> _Pass:
+    """Trace the model once per draw (and row chunk); see the module docstring.
+
+    ``chain_models[c]`` replaces ``model`` in the traces of chain ``c`` (an SVI fit's model with
+    its fitted prior); ``label`` names the data in error messages; ``read_output`` records the
+    model's return value as :data:`OUTPUT` (a network's outputs).
+    """
+    result = _Pass()
+    num_chains, num_draws = next(iter(draws.values())).shape[:2]
+    first = {name: value[0, 0] for name, value in draws.items()}
+    plate, chunks = _plate_chunks(model, first, args, kwargs, plate_name, chunk_size)
+    fast = use_fast_path and want_log_likelihood and hasattr(model, "pointwise_log_likelihood")
+    wants = _Wants(
+        log_likelihood=want_log_likelihood and not fast,
+        predictive=want_predictive,
+        log_joint=want_log_joint,
+        label=label,
+        rows=plate.num_data if read_output and plate.subsample_size is None else None,
+    )
+    for c in range(num_chains):
+        chain_model = model if chain_models is None else chain_models[c]
+        for s in range(num_draws):
+            latents = {name: value[c, s] for name, value in draws.items()}
+            parts = _DrawParts(first_draw=c == 0 and s == 0)
+            for k, rows in enumerate(chunks):
+                if fast:
+                    with torch.no_grad():
+                        value = model.pointwise_log_likelihood(latents, rows, *args, **kwargs)
+                    parts.add_fast_log_likelihood(value)
+                if wants.any:
+                    trace = _trace_rows(chain_model, plate, latents, args, kwargs, rows)
+                    keep = None if rows is None else len(rows)
+                    parts.read(trace, latents, plate_name, wants, k, keep, result.plate_axis)
+            parts.store(result, want_log_joint)
+    if fast and "__single__" in result.log_likelihood:
+        _name_the_single_log_likelihood(result, model, first, args, kwargs, plate_name)
+    if want_log_likelihood and not result.log_likelihood:
+        raise ValueError("the model has no observed site: there is no log-likelihood to export")
+    return result
+
+
+def _trace_rows(model, plate, latents, args, kwargs, rows) -> Any:
+    """One trace of ``model`` on the rows ``rows`` of the data plate (``None``: all), its latent
+    sites conditioned on ``latents`` and its observed sites un-conditioned."""
+    bound, call_args, call_kwargs = plate.bind(poutine.uncondition(model), args, kwargs, rows)
+    with torch.no_grad():
+        return poutine.trace(poutine.condition(bound, data=dict(latents))).get_trace(
+            *call_args, **call_kwargs
+        )
+
+
+def _name_the_single_log_likelihood(
+    result: _Pass, model, latents, args, kwargs, plate_name: str
+) -> None:
+    """File the one tensor a ``pointwise_log_likelihood`` returned under the name of the only
+    observed site in the plate (refused if there are several)."""
+    plated = [n for n, a in result.plate_axis.items() if a is not None] or _observed_in_plate(
+        model, latents, args, kwargs, plate_name
+    )
+    if len(plated) != 1:
+        raise ValueError(
+            "pointwise_log_likelihood returned one tensor but the model has "
+            f"{len(plated)} observed sites in the plate {plate_name!r}: {plated}; return a "
+            "mapping from site name to tensor"
+        )
+    result.log_likelihood[plated[0]] = result.log_likelihood.pop("__single__")
+
+
+def _observed_in_plate(model, latents, args, kwargs, plate_name) -> list[str]:
+    trace = poutine.trace(poutine.condition(model, data=latents)).get_trace(*args, **kwargs)
+    return [
+        name
+        for name, site in trace.nodes.items()
+        if site["type"] == "sample"
+        and site["is_observed"]
+        and not site_is_subsample(site)
+        and plate_frame(site, plate_name) is not None
+        and not site["infer"].get("_deterministic", False)
+    ]
+
+
+def _test_pass(
+    model, samples, test, test_kwargs, args, *, plate_name, chunk_size, read_output=False
+) -> _Pass:
+    """The predictive pass on ``test``, with the test set checked first and the model's own
+    failures on it reported as a ``ValueError`` naming ``test`` (not a tensor dump)."""
+    test_kwargs = dict(test_kwargs or {})
+    _check_finite("test", test, test_kwargs)
+    _check_test_like_training(model, test, args)
+    try:
+        return _run_pass(
+            model,
+            samples,
+            test,
+            test_kwargs,
+            plate_name=plate_name,
+            chunk_size=chunk_size,
+            want_log_likelihood=False,
+            want_predictive=True,
+            want_log_joint=False,
+            use_fast_path=False,
+            label="test",
+            read_output=read_output,
+        )
+    except _DataError:
+        raise
+    except (RuntimeError, ValueError, IndexError, TypeError) as error:
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in test]
+        raise ValueError(
+            f"the model fails on the test set test= (shapes {shapes}): "
+            f"{type(error).__name__}: {first_line}"
+        ) from error
+
+
+def _observed_values(model, samples, args, kwargs) -> dict[str, np.ndarray]:
+    latents = {n: v[0, 0] for n, v in samples.items()}
+    trace = poutine.trace(poutine.condition(model, data=latents)).get_trace(*args, **kwargs)
+    return {
+        name: _numpy(site["value"])
+        for name, site in trace.nodes.items()
+        if site["type"] == "sample"
+        and site["is_observed"]
+        and not site_is_subsample(site)
+        and name not in latents
+        and not site["infer"].get("_deterministic", False)
+    }

@@ -1,0 +1,118 @@
+r"""A run's verdict from its draws: parameters for identified models, outputs for networks.
+
+:func:`run_verdict` judges the draws of a run (:func:`~pyro_sgmcmc.run_chains`, or the chains a
+``pyro.infer.MCMC`` kernel has run) with :func:`~pyro_sgmcmc.analysis.diagnostics.judge`: on every
+parameter for a model whose parameters are identified, and for a network
+(:func:`~pyro_sgmcmc.models.structure.has_hidden_units`) on its outputs :math:`f(x)` -- the
+model's return value, or its site ``output`` -- at up to :data:`OUTPUT_ROWS` training rows spread
+over the data (:class:`OutputDraws`, which evaluates each draw once however often the run is
+judged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+from pyro import poutine
+
+from ..models.structure import DataPlate, has_hidden_units, spread_rows
+from .diagnostics import Verdict, judge, worst_statistics
+
+__all__ = ["OUTPUT_ROWS", "OutputDraws", "run_verdict"]
+
+#: Training rows at which a network's outputs are judged.
+OUTPUT_ROWS = 64
+
+TensorDict = dict[str, torch.Tensor]
+
+
+class OutputDraws:
+    """A network's outputs at fixed training rows for each draw, ``(C, S, ...)``, evaluated
+    once per draw.
+
+    Parameters
+    ----------
+    model, args, kwargs:
+        The model and its full-data arguments.
+    plate:
+        The model's data plate (restricts the model to the rows).
+    """
+
+    def __init__(
+        self, model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any], plate: DataPlate
+    ) -> None:
+        rows = min(OUTPUT_ROWS, plate.max_rows)
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        self.rows = spread_rows(rows, plate.num_data, device)
+        self.num_data = plate.num_data
+        self.bound = plate.bind(model, args, kwargs, self.rows)
+        self.values: list[np.ndarray] = []  # per draw index, (C, ...)
+
+    def __call__(self, samples: Mapping[str, torch.Tensor]) -> np.ndarray | None:
+        """``(C, S, ...)`` outputs for constrained ``samples`` ``(C, S, ...)`` per site
+        (``None`` if the model returns no output per row)."""
+        num_chains, num_draws = next(iter(samples.values())).shape[:2]
+        for s in range(len(self.values), num_draws):
+            outputs = []
+            for c in range(num_chains):
+                output = self._output({name: value[c, s] for name, value in samples.items()})
+                if output is None:
+                    return None
+                outputs.append(output)
+            self.values.append(np.stack(outputs))
+        if not self.values:
+            return None
+        return np.stack(self.values[:num_draws], axis=1)
+
+    def _output(self, latents: TensorDict) -> np.ndarray | None:
+        model, args, kwargs = self.bound
+        with torch.no_grad():
+            trace = poutine.trace(poutine.condition(model, data=dict(latents))).get_trace(
+                *args, **kwargs
+            )
+        site = trace.nodes.get("output")
+        value = site["value"] if site is not None else trace.nodes["_RETURN"]["value"]
+        if not isinstance(value, torch.Tensor) or value.dim() == 0:
+            return None
+        if value.shape[0] == self.num_data and self.num_data != len(self.rows):
+            value = value.index_select(0, self.rows.to(value.device))
+        if value.shape[0] != len(self.rows):
+            return None
+        return value.detach().double().cpu().numpy()
+
+
+def run_verdict(
+    samples: Mapping[str, torch.Tensor],
+    model: Callable[..., Any],
+    outputs: OutputDraws | None,
+    *,
+    min_ess: float | None = None,
+) -> Verdict:
+    """The verdict on constrained ``samples`` ``(C, S, ...)`` per site: on ``outputs`` for a
+    network (when it returns them), else on every parameter."""
+    num_chains = int(next(iter(samples.values())).shape[0])
+    network = has_hidden_units(model, {n: v.shape[2:] for n, v in samples.items()})
+    values = outputs(samples) if network and outputs is not None else None
+    if values is not None:
+        dataset = xr.Dataset({"output": (("chain", "draw", *_dims("output", values)), values)})
+    else:
+        network = False
+        dataset = xr.Dataset(
+            {
+                name: (("chain", "draw", *_dims(name, array)), array)
+                for name, value in samples.items()
+                for array in [value.detach().double().cpu().numpy()]
+            }
+        )
+    return judge(
+        *worst_statistics(dataset), num_chains, function_space=network, min_ess=min_ess,
+        num_draws=int(dataset.sizes["draw"]),
+    )  # fmt: skip
+
+
+def _dims(name: str, array: np.ndarray) -> list[str]:
+    return [f"{name}_dim_{k}" for k in range(array.ndim - 2)]

@@ -1,0 +1,680 @@
+r"""Many SG-MCMC chains in one process: one engine, parameters stacked along a chain axis.
+
+``pyro.infer.MCMC`` runs one process per chain, and only when ``num_chains <= cpu_count - 1``;
+on a small machine its chains run one after the other, and a small network spends most of each
+step in Python and autograd overhead rather than arithmetic. :func:`run_chains` instead drives
+one :class:`~pyro_sgmcmc.engine.ChainEngine` with the :math:`C` chains stacked,
+:math:`z \in \mathbb R^{C \times D}`, evaluated in one forward and one backward pass per step.
+It takes the *same kernel object* as ``pyro.infer.MCMC`` (``SGHMC(model, ...)``), so every
+option of the kernel works here too, and chain :math:`c` is draw for draw the chain that
+``MCMC(kernel, num_chains=C)`` runs as its chain :math:`c` (same seed, start, minibatches,
+noise and Gibbs draws; tested with ``torch.equal``).
+
+Examples
+--------
+>>> kernel = SGHMC(model, batch_size=32, seed=0)                       # doctest: +SKIP
+>>> result = run_chains(kernel, x, y, num_chains=8, num_samples=200, warmup_steps=100)
+... # doctest: +SKIP
+>>> result.samples["layers.0.weight"].shape          # (chain, draw, out, in)  # doctest: +SKIP
+>>> idata = result.to_inference_data()     # az.rhat(idata), az.ess(idata)  # doctest: +SKIP
+
+References
+----------
+A. Gelman and D. B. Rubin, "Inference from iterative simulation using multiple sequences",
+Statistical Science 7(4), 1992 (over-dispersed starts for R-hat).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyro
+import torch
+
+from .._validation import check_model_kwargs, check_positive_int
+from ..analysis.diagnostics import Verdict
+from ..analysis.function_space import OutputDraws, run_verdict
+from ..engine.build import PreparedChains, prepare_chains
+from ..engine.distributed import (
+    agreed_seed,
+    chain_share,
+    check_agreement,
+    gather_objects,
+    rank_path,
+    world,
+    writes_checkpoints,
+)
+from ..engine.health import warn_all
+from ..engine.recorder import DrawRecorder
+from ..engine.report import sampling_report
+from ..engine.settings import settings_signature
+from ..errors import CheckpointError, DistributedRunError, SamplerDivergedError
+from ..kernels.base import StochasticGradientKernel
+from .checkpoint_files import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    CheckpointPolicy,
+    check_signature,
+    data_fingerprint,
+    deferred_interrupt,
+    load_checkpoint,
+    restore_state,
+)
+
+__all__ = ["VectorizedResult", "run_chains"]
+
+TensorDict = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class VectorizedResult:
+    r"""Draws and statistics of a :func:`run_chains` run.
+
+    Attributes
+    ----------
+    samples:
+        Constrained draws per latent site, shape ``(chain, draw, *site_shape)`` (empty with the
+        kernel's ``keep_draws=False``).
+    sample_stats:
+        Per-draw statistics, shape ``(chain, draw)``: ``lp`` (minus the minibatch potential in
+        unconstrained space at the draw), ``step_size`` (multiplying the full-data gradient),
+        ``temperature`` and ``diverging`` (a divergent step in the draw).
+    sampling_time:
+        Seconds spent in the gradient steps (warm-up included).
+    setup_time:
+        Seconds spent before the first step: model inspection, initial values, compilation.
+    num_gradient_steps:
+        Gradient steps per chain.
+    chain_seeds:
+        The seed of each chain's generator.
+    kernel:
+        Name of the update rule.
+    control_variate_centre:
+        With ``control_variate``: the centre :math:`\hat\theta`, constrained values per sampled
+        site; else ``None``.
+    divergent_steps:
+        Per chain, the gradient steps (1-based, warm-up included) that diverged.
+    verdict:
+        Whether the draws converged (:class:`~pyro_sgmcmc.analysis.diagnostics.Verdict`: every
+        parameter, or a network's outputs, within the bounds of
+        :mod:`pyro_sgmcmc.analysis.diagnostics`).
+    judged_at:
+        The numbers of kept draws per chain at which the run was judged: once at the end of a
+        fixed-length run, after every round of a run until converged.
+    chain_reports:
+        Per chain, what the warm-up chose (:func:`~pyro_sgmcmc.engine.report.sampling_report`:
+        thinning, autocorrelation time, control variate, per-site steps).
+    """
+
+    samples: dict[str, torch.Tensor]
+    sample_stats: dict[str, np.ndarray]
+    sampling_time: float
+    setup_time: float
+    num_gradient_steps: int
+    chain_seeds: tuple[int, ...]
+    kernel: str
+    control_variate_centre: dict[str, torch.Tensor] | None = None
+    divergent_steps: tuple[tuple[int, ...], ...] = ()
+    verdict: Verdict | None = None
+    judged_at: tuple[int, ...] = ()
+    chain_reports: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    model: Any = field(default=None, repr=False)
+    args: tuple = field(default=(), repr=False)
+    kwargs: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_chains(self) -> int:
+        return len(self.chain_seeds)
+
+    @property
+    def num_draws(self) -> int:
+        return int(next(iter(self.sample_stats.values())).shape[1])
+
+    @property
+    def total_time(self) -> float:
+        """Set-up plus sampling time."""
+        return self.setup_time + self.sampling_time
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """Attributes recorded with the exported groups."""
+        attrs: dict[str, Any] = {
+            "inference_library": "pyro_sgmcmc.run_chains",
+            "method": self.kernel,
+            "sampling_time": float(self.sampling_time),
+            "setup_time": float(self.setup_time),
+            "num_gradient_steps": int(self.num_gradient_steps),
+        }
+        thinning = [r.get("num_steps_per_sample") for r in self.chain_reports]
+        if thinning and None not in thinning:
+            attrs["num_steps_per_sample"] = [int(k) for k in thinning]
+        if self.verdict is not None:
+            attrs["verdict"] = str(self.verdict)
+        return attrs
+
+    def get_samples(self, group_by_chain: bool = False) -> dict[str, torch.Tensor]:
+        """Draws as ``pyro.infer.MCMC.get_samples`` returns them."""
+        if group_by_chain:
+            return dict(self.samples)
+        return {k: v.reshape(-1, *v.shape[2:]) for k, v in self.samples.items()}
+
+    def to_inference_data(self, *args: Any, **options: Any):
+        """The run as an ``arviz.InferenceData`` (ArviZ 0.x) or ``xarray.DataTree`` (ArviZ 1.x),
+        through :func:`pyro_sgmcmc.to_inference_data`:
+        ``posterior``, ``sample_stats``, ``log_likelihood``, predictive groups and data
+        (``*args`` and ``options`` as there; the model and training data default to the run's)."""
+        from ..analysis.export import to_inference_data
+
+        return to_inference_data(self, None, *args, **options)
+
+
+def _check_run_arguments(kernel: Any, num_chains: int, num_samples: int, warmup_steps: int):
+    if not isinstance(kernel, StochasticGradientKernel):
+        raise TypeError(
+            "run_chains takes an SG-MCMC kernel as first argument, e.g. "
+            f"run_chains(SGHMC(model, batch_size=32), x, y, num_chains=4); got "
+            f"{type(kernel).__name__}"
+        )
+    return (
+        check_positive_int("num_chains", num_chains),
+        check_positive_int("num_samples", num_samples),
+        check_positive_int("warmup_steps", warmup_steps, minimum=0),
+    )
+
+
+def _stacked_initial(
+    initial_params: Mapping[str, torch.Tensor] | None, num_chains: int, local: range
+) -> TensorDict | None:
+    if initial_params is None:
+        return None
+    if not isinstance(initial_params, Mapping):
+        raise TypeError(
+            "initial_params must be a dict from site name to unconstrained values, shape "
+            f"(num_chains, ...) or one shared value; got {type(initial_params).__name__}"
+        )
+    values = {name: torch.as_tensor(value) for name, value in initial_params.items()}
+    if len(local) == num_chains:
+        return values
+    # chains across processes: this rank's rows of the values given per chain
+    return {
+        name: value[local.start : local.stop]
+        if value.dim() > 0 and value.shape[0] == num_chains
+        else value
+        for name, value in values.items()
+    }
+
+
+#: The options of :func:`run_chains` (its other keyword arguments go to the model).
+_RUN_OPTIONS = ("num_chains", "num_samples", "warmup_steps", "initial_params", "callback",
+                "checkpoint_path", "checkpoint_every", "checkpoint_seconds", "resume_from",
+                "overwrite", "disable_validation", "distribute_chains", "target_ess",
+                "max_seconds")  # fmt: skip
+
+
+def run_chains(
+    kernel: StochasticGradientKernel,
+    *args: Any,
+    num_chains: int = 4,
+    num_samples: int = 100,
+    warmup_steps: int = 0,
+    initial_params: Mapping[str, torch.Tensor] | None = None,
+    callback: Callable[[int, Mapping[str, torch.Tensor]], None] | None = None,
+    checkpoint_path: str | os.PathLike | None = None,
+    checkpoint_every: int | None = None,
+    checkpoint_seconds: float | None = None,
+    resume_from: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    disable_validation: bool = True,
+    distribute_chains: bool = False,
+    target_ess: float | None = None,
+    max_seconds: float | None = None,
+    **kwargs: Any,
+) -> VectorizedResult:
+    r"""Run ``num_chains`` chains of an SG-MCMC kernel at once, batched along a chain axis.
+
+    Each kept draw is ``num_steps_per_sample`` gradient steps of every chain (more while a
+    cyclical schedule is in its exploration phase); the first ``warmup_steps`` draws are
+    discarded, as in ``pyro.infer.MCMC``. The update rule, its options, the step size (or the
+    adaptive warm-up), minibatches, Gibbs blocks, gradient estimator, seeds and divergence
+    handling are the kernel's: see :class:`~pyro_sgmcmc.SGLD`, :class:`~pyro_sgmcmc.SGHMC`,
+    :class:`~pyro_sgmcmc.PSGLD` and :class:`~pyro_sgmcmc.ConstantSGD`.
+
+    Parameters
+    ----------
+    kernel:
+        An SG-MCMC kernel, e.g. ``SGHMC(model, batch_size=32, seed=0)``. Any model the kernel
+        accepts works; models with a batched ``log_joint`` or a closed-form gradient (e.g.
+        :class:`~pyro_sgmcmc.nn.BayesianMLP`) evaluate all chains in one pass.
+    *args, **kwargs:
+        The model's arguments (full data).
+    num_chains:
+        :math:`C \ge 1`.
+    num_samples:
+        Kept draws per chain, ``>= 1``.
+    warmup_steps:
+        Discarded draws per chain, ``>= 0``.
+    initial_params:
+        Unconstrained starting values per site (as in ``pyro.infer.MCMC``), shape ``(C, ...)``
+        or ``(...)`` (shared); overrides the kernel's ``init_strategy`` for the sites given.
+    callback:
+        ``callback(draw_index, constrained_draw)`` after each kept draw (the index counts the
+        kept draws from 0), with values of shape ``(C, ...)``: for anytime evaluation, or to
+        stream the draws of a run with the kernel's ``keep_draws=False``.
+    checkpoint_path, checkpoint_every, checkpoint_seconds:
+        Write a checkpoint of the run (every chain's engine state and the draws kept so far) to
+        this file every so many draws (warm-up included) and/or seconds (default: every 60 s
+        with a path), at the end, and when the run is interrupted with Ctrl-C (which is held
+        back until the current draw is complete); see :mod:`pyro_sgmcmc.inference.checkpoint_files`.
+    resume_from:
+        Continue the run saved in this checkpoint, bit for bit: the same kernel (class,
+        settings, seed), model, data, ``num_chains``, ``num_samples`` and ``warmup_steps`` are
+        required (:class:`~pyro_sgmcmc.CheckpointError` otherwise).
+    overwrite:
+        Allow ``checkpoint_path`` to replace a file that is not this run's checkpoint.
+    disable_validation:
+        Switch Pyro's distribution argument checks off while sampling, as ``pyro.infer.MCMC``
+        does by default: a diverging chain then gives non-finite values (a divergence the
+        engine handles) instead of an exception from a distribution's constructor.
+    distribute_chains:
+        Share the chains among the ranks of ``torch.distributed``'s process group (every rank
+        calls ``run_chains`` alike; see :func:`~pyro_sgmcmc.init_distributed`): each runs a
+        contiguous share with the seeds the chains have in one process, and all get every
+        chain's draws, gathered at the end. ``callback`` sees the rank's chains; each rank
+        checkpoints to ``checkpoint_path`` with ``.rank<r>`` before its suffix (and resumes
+        from ``resume_from`` so renamed). Not with a ``data_parallel`` kernel.
+    target_ess:
+        Run until converged: after the ``num_samples`` draws, judge the run
+        (:mod:`pyro_sgmcmc.analysis.diagnostics`, with this total bulk and tail ESS required besides
+        100 per chain) and, while it has not converged, draw more in rounds (each as many
+        draws as the verdict's "run about k times longer" asks, at least a tenth more), until
+        it converges or ``max_seconds`` are spent (without ``max_seconds``: until
+        :data:`ROUNDS_LIMIT` times ``max(num_samples, target_ess / num_chains)`` draws per
+        chain, so that a run that cannot converge ends).
+        The draws are those of a fixed-length run of the same total length, bit for bit;
+        checkpoints are written after each round and a resumed run goes on with its rounds.
+    max_seconds:
+        The budget of sampling seconds for the rounds (the first ``num_samples`` draws are
+        always made); alone, it runs rounds until the default bounds are met.
+
+    Returns
+    -------
+    VectorizedResult
+
+    Raises
+    ------
+    SamplerDivergedError
+        When a chain diverges ``max_consecutive_divergences`` steps in a row; its ``draws`` hold
+        every draw kept before, ``(C, draws, ...)`` per site, and ``diverging`` marks those
+        with a divergent step.
+    """
+    num_chains, num_samples, warmup_steps = _check_run_arguments(
+        kernel, num_chains, num_samples, warmup_steps
+    )
+    check_model_kwargs("run_chains", _RUN_OPTIONS, kernel.model, kwargs)
+    target_ess, max_seconds = _check_budget(target_ess, max_seconds)
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None, got {callback!r}")
+    for name, flag in [("disable_validation", disable_validation),
+                       ("distribute_chains", distribute_chains)]:  # fmt: skip
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
+    run = {"num_chains": num_chains, "num_samples": num_samples, "warmup_steps": warmup_steps}
+    if target_ess is not None:
+        run["target_ess"] = target_ess
+    fingerprint = data_fingerprint(args, kwargs)
+    settings, local = kernel.settings, range(num_chains)
+    if distribute_chains:
+        settings, local = _distribute_chains(kernel, run, fingerprint)
+        checkpoint_path, resume_from = rank_path(checkpoint_path), rank_path(resume_from)
+    policy = CheckpointPolicy(checkpoint_path, checkpoint_every, checkpoint_seconds, overwrite)
+    policy.writer = writes_checkpoints(settings)
+    policy.check_fresh_run(resume_from)
+    with pyro.validation_enabled(not disable_validation):
+        setup_start = time.perf_counter()
+        chains = prepare_chains(
+            settings, kernel.rule, kernel.options, kernel.model, args, kwargs,
+            chains=local, warmup_draws=warmup_steps,
+            initial_params=_stacked_initial(initial_params, num_chains, local),
+        )  # fmt: skip
+        recorder = DrawRecorder(len(local), kernel.settings.keep_draws)
+        saver = _Saver(kernel, chains, recorder, run, fingerprint, policy)
+        if resume_from is not None:
+            saver.restore(resume_from)
+        setup_time = time.perf_counter() - setup_start
+        sampling_start = time.perf_counter()
+        _sample(chains, recorder, warmup_steps + num_samples, callback, saver, (args, kwargs))
+        if saver.round_target is not None:  # resumed in the middle of a round: finish it
+            _sample(chains, recorder, saver.round_target, callback, saver, (args, kwargs))
+        rounds = _Rounds(chains, recorder, target_ess, max_seconds, sampling_start,
+                         num_samples, num_chains)  # fmt: skip
+        verdict = rounds.judge()
+        while rounds.wanted and not verdict.converged:
+            more = rounds.more_draws(verdict)
+            if more == 0:
+                break
+            saver.round_target = chains.engine.draws_done + more
+            _sample(chains, recorder, saver.round_target, callback, saver, (args, kwargs))
+            saver.policy.write(saver.payload())
+            verdict = rounds.judge()
+        sampling_time = time.perf_counter() - sampling_start
+        warn_all(chains.final_messages(recorder.stacked()))
+        if not verdict.converged:
+            warn_all([rounds.message(verdict)])
+    result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs, verdict)
+    result = dataclasses.replace(result, judged_at=tuple(rounds.judged_at))
+    return _gathered(result, saver) if distribute_chains else result
+
+
+def _check_budget(
+    target_ess: float | None, max_seconds: float | None
+) -> tuple[float | None, float | None]:
+    for name, value in (("target_ess", target_ess), ("max_seconds", max_seconds)):
+        if value is not None and not (
+            isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        ):
+            raise ValueError(f"{name} must be None or a number > 0, got {value!r}")
+    return (None if target_ess is None else float(target_ess),
+            None if max_seconds is None else float(max_seconds))  # fmt: skip
+
+
+#: Without ``max_seconds``, a run until converged (``target_ess``) stops at this many times
+#: ``max(num_samples, target_ess / num_chains)`` draws per chain (a run that cannot converge
+#: must still end).
+ROUNDS_LIMIT = 10
+
+
+class _Rounds:
+    """Judges a run after its draws and, for a run until converged, sizes its next round."""
+
+    def __init__(
+        self, chains, recorder, target_ess, max_seconds, started: float, num_samples: int,
+        num_chains: int,
+    ) -> None:  # fmt: skip
+        self.chains, self.recorder = chains, recorder
+        # without a time budget, the rounds stop at ROUNDS_LIMIT times the draws a chain needs
+        needed = max(num_samples, math.ceil((target_ess or 0) / num_chains))
+        self.max_draws = None if max_seconds is not None else ROUNDS_LIMIT * needed
+        self.target_ess, self.max_seconds = target_ess, max_seconds
+        self.wanted = target_ess is not None or max_seconds is not None
+        self.started = started
+        self.kept_since = (time.perf_counter(), recorder.count)
+        structure = chains.structure
+        self.outputs = OutputDraws(structure.model, *chains.data, structure.plate)
+        self.spent = False
+        self.judged_at: list[int] = []
+
+    def judge(self) -> Verdict:
+        self.judged_at.append(self.recorder.count)
+        samples = self.chains.constrain(self.recorder.stacked())
+        if not samples:  # keep_draws=False: nothing to judge
+            return Verdict(True, None, math.nan, math.nan, 1.0)
+        return run_verdict(samples, self.chains.structure.model, self.outputs,
+                           min_ess=self.target_ess)  # fmt: skip
+
+    def more_draws(self, verdict: Verdict) -> int:
+        """As many draws as the verdict asks for (at least a tenth more), within the budget."""
+        count = self.recorder.count
+        wanted = max(math.ceil(count * 1.1 * (verdict.longer - 1.0)), math.ceil(count / 10), 1)
+        if self.max_draws is not None:
+            if count >= self.max_draws:
+                self.spent = True
+                return 0
+            return min(wanted, self.max_draws - count)
+        now = time.perf_counter()
+        since, drawn = self.kept_since
+        per_draw = (now - since) / max(count - drawn, 1)
+        left = self.max_seconds - (now - self.started)
+        fits = int(left / per_draw) if per_draw > 0 else wanted
+        self.kept_since = (now, count)
+        if fits < 1:
+            self.spent = True
+            return 0
+        return min(wanted, fits)
+
+    def message(self, verdict: Verdict) -> str:
+        """The end-of-run warning of an unconverged run."""
+        count = self.recorder.count
+        text = f"run_chains: {count} draws per chain, {verdict}"
+        if self.spent and self.max_draws is not None:
+            text += (
+                f" (stopped at {ROUNDS_LIMIT} times max(num_samples, target_ess / num_chains) "
+                "draws; give max_seconds for a budget in time instead)"
+            )
+        elif self.spent:
+            text += f" (the budget of max_seconds={self.max_seconds:g} is spent)"
+        elif not self.wanted:
+            text += " (run_chains(..., target_ess=...) draws until it has)"
+        return text
+
+
+def _distribute_chains(kernel, run: dict[str, Any], fingerprint: str):
+    """Chains across processes: the settings with the seed every rank uses, and this rank's
+    chains (added to ``run``, which the checkpoints record), after checking that every rank was
+    started alike."""
+    if kernel.settings.data_parallel:
+        raise ValueError(
+            "distribute_chains=True runs different chains on the ranks, but the kernel has "
+            "data_parallel=True, which runs the same chains on every rank: choose one"
+        )
+    local = chain_share(run["num_chains"])
+    signature = settings_signature(kernel.settings, kernel.options)
+    facts = {f"setting {name}": value for name, value in signature.items()}
+    facts.update(data=fingerprint, run=repr(sorted(run.items())))
+    check_agreement("chains-across-processes run", facts)
+    run["chains"] = list(local)
+    return dataclasses.replace(kernel.settings, seed=agreed_seed(kernel.settings.seed)), local
+
+
+def _gathered(result: VectorizedResult, saver: _Saver) -> VectorizedResult:
+    """Every rank's chains in one result, in the order of the chains' indices (each rank holds a
+    contiguous share, in rank order); times are the slowest rank's."""
+    mine = {
+        "samples": {name: value.cpu() for name, value in result.samples.items()},
+        "sample_stats": result.sample_stats,
+        "times": (result.sampling_time, result.setup_time),
+        "chain_seeds": result.chain_seeds,
+        "divergent_steps": result.divergent_steps,
+    }
+    try:
+        parts = gather_objects(mine, "gathering the draws of every rank")
+    except DistributedRunError as error:
+        raise saver.failed(error) from error
+    device = next((value.device for value in result.samples.values()), torch.device("cpu"))
+    return dataclasses.replace(
+        result,
+        samples={
+            name: torch.cat([part["samples"][name] for part in parts]).to(device)
+            for name in result.samples
+        },
+        sample_stats={
+            name: np.concatenate([part["sample_stats"][name] for part in parts])
+            for name in result.sample_stats
+        },
+        sampling_time=max(part["times"][0] for part in parts),
+        setup_time=max(part["times"][1] for part in parts),
+        chain_seeds=tuple(seed for part in parts for seed in part["chain_seeds"]),
+        divergent_steps=tuple(steps for part in parts for steps in part["divergent_steps"]),
+    )
+
+
+class _Saver:
+    """Checkpoints of a :func:`run_chains` run: what they hold, when they are written, and how a
+    run is restored from one."""
+
+    required = ("format", "format_version", "kind", "signature", "data_fingerprint", "run",
+                "engine", "recorder")  # fmt: skip
+
+    def __init__(self, kernel, chains, recorder, run, fingerprint, policy) -> None:
+        self.kernel, self.chains, self.recorder = kernel, chains, recorder
+        self.run, self.fingerprint, self.policy = run, fingerprint, policy
+        #: The draws (warm-up included) the current round of a run until converged ends at.
+        self.round_target: int | None = None
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "kind": "run_chains",
+            "signature": self.chains.signature(self.kernel),
+            "data_fingerprint": self.fingerprint,
+            "run": dict(self.run),
+            "engine": self.chains.engine.state_dict(),
+            "recorder": self.recorder.state_dict(),
+            "round_target": self.round_target,
+            "written_at": time.time(),
+        }
+
+    def after_draw(self, interrupted: int | None) -> None:
+        """Write a checkpoint if one is due; on an interrupt (the signal's number), write one
+        and stop."""
+        draws = self.chains.engine.draws_done
+        if interrupted:
+            self.policy.write(self.payload())
+            where = (
+                f"a checkpoint is in {str(self.policy.path)!r} (resume_from=...)"
+                if self.policy.path is not None
+                else "no checkpoint_path was given"
+            )
+            if interrupted == signal.SIGTERM:
+                rank, size = world()
+                raise DistributedRunError(
+                    f"rank {rank} of {size}: stopped by SIGTERM after {draws} draws per chain "
+                    f"(torchrun ends every rank when one fails: that rank's log says why); {where}."
+                )
+            warnings.warn(f"run_chains interrupted after {draws} draws per chain; {where}.",
+                          stacklevel=4)  # fmt: skip
+            raise KeyboardInterrupt
+        if self.policy.due(draws) or draws == self.run["warmup_steps"] + self.run["num_samples"]:
+            self.policy.write(self.payload())
+
+    def failed(self, error: DistributedRunError) -> DistributedRunError:
+        """``error`` with where the run can be resumed from."""
+        path = self.policy.path
+        if path is None:
+            where = "No checkpoint_path was given: the run starts over."
+        elif self.policy.writer:
+            where = (f"This rank's last checkpoint is {str(path)!r}: start the run again on "
+                     "every rank with resume_from=... to continue it.")  # fmt: skip
+        else:
+            where = "Rank 0's last checkpoint continues the run (resume_from=..., every rank)."
+        return DistributedRunError(f"{error} {where}")
+
+    def restore(self, path: str | os.PathLike) -> None:
+        """Continue the run saved in ``path`` (refusing another run's checkpoint)."""
+        payload = load_checkpoint(path, self.required)
+        if payload["kind"] != "run_chains":
+            raise CheckpointError(f"{str(path)!r} is a checkpoint of {payload['kind']}, not of "
+                                  "run_chains")  # fmt: skip
+        for name, value in self.run.items():
+            if payload["run"].get(name) != value:
+                raise CheckpointError(
+                    f"the checkpoint {str(path)!r} was written by a run with {name}="
+                    f"{payload['run'].get(name)}, this one has {name}={value}"
+                )
+        if payload["data_fingerprint"] != self.fingerprint:
+            raise CheckpointError(
+                f"the data given to run_chains differ from those of the checkpoint {str(path)!r}"
+                " (fingerprint of the tensors' dtypes, shapes and values)"
+            )
+        check_signature(payload["signature"], self.chains.signature(self.kernel))
+        restore_state(self.chains.engine, payload["engine"], "engine", path)
+        restore_state(self.recorder, payload["recorder"], "recorder", path)
+        self.round_target = payload.get("round_target")
+
+
+def _sample(
+    chains: PreparedChains,
+    recorder: DrawRecorder,
+    total_draws: int,
+    callback: Callable | None,
+    saver: _Saver,
+    data: tuple[tuple, dict],
+) -> None:
+    """Draw until ``total_draws`` draws (warm-up included) are done, recording the kept ones."""
+    engine = chains.engine
+    signals = (signal.SIGINT, signal.SIGTERM) if world()[1] > 1 else (signal.SIGINT,)
+    with deferred_interrupt(signals) as interrupt:
+        while engine.draws_done < total_draws:
+            try:
+                _one_draw(chains, recorder, callback)
+            except DistributedRunError as error:
+                raise saver.failed(error) from error
+            except _CallbackInterrupt:
+                saver.after_draw(signal.SIGINT)  # the draw is recorded: keep it, and stop
+            if engine.draws_done == engine.warmup_draws > 0:
+                warn_all(chains.warmup_messages(*data))
+            saver.after_draw(interrupt.signal if interrupt.is_set() else None)
+
+
+def _one_draw(chains: PreparedChains, recorder: DrawRecorder, callback: Callable | None) -> None:
+    engine = chains.engine
+    try:
+        stats = engine.draw()
+    except SamplerDivergedError as error:
+        draws = recorder.stacked()
+        raise error.with_draws(
+            draws,
+            chains.constrain(draws),
+            recorder.stats()["diverging"],
+            f" The {recorder.count} draws per chain kept before this are in the "
+            "exception's `draws` (`diverging` marks those with a divergent step).",
+        ) from None
+    if engine.draws_done <= engine.warmup_draws:
+        return
+    draw = chains.draw()
+    recorder.add(draw, stats)
+    if callback is not None:
+        with torch.no_grad():
+            try:
+                callback(recorder.count - 1, chains.constrain(draw))
+            except KeyboardInterrupt:
+                raise _CallbackInterrupt from None
+
+
+class _CallbackInterrupt(Exception):
+    """The callback raised ``KeyboardInterrupt`` after a recorded draw (Ctrl-C itself is
+    deferred to the end of the draw): stop as on Ctrl-C, with a checkpoint."""
+
+
+def _result(
+    kernel: StochasticGradientKernel,
+    chains: PreparedChains,
+    recorder: DrawRecorder,
+    setup_time: float,
+    sampling_time: float,
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    verdict: Verdict | None = None,
+) -> VectorizedResult:
+    engine = chains.engine
+    with torch.no_grad():
+        samples = chains.constrain(recorder.stacked())
+        centre = getattr(engine.estimator, "centre", None)
+        if centre is not None:
+            values = engine.layout.unflatten(centre.unsqueeze(0))
+            centre = {name: value[0] for name, value in chains.constrain(values).items()}
+    return VectorizedResult(
+        samples=samples,
+        sample_stats=recorder.stats(),
+        sampling_time=sampling_time,
+        setup_time=setup_time,
+        num_gradient_steps=engine.t,
+        chain_seeds=tuple(chains.seeds),
+        kernel=kernel.rule.name,
+        control_variate_centre=centre,
+        divergent_steps=tuple(tuple(steps) for steps in engine.monitor.steps),
+        verdict=verdict,
+        chain_reports=tuple(sampling_report(engine, c) for c in range(engine.num_chains)),
+        model=kernel.model,
+        args=tuple(args),
+        kwargs=dict(kwargs),
+    )
