@@ -3,8 +3,9 @@
 The docstrings of ``pyro_sgmcmc`` follow the numpy style and use a few Sphinx constructs that
 Markdown does not know: ``:math:`...``` roles, ``.. math::`` blocks and cross-reference roles
 such as ``:class:`~pyro_sgmcmc.SGLD```. Before mkdocstrings renders a docstring this extension
-rewrites them into what the site's Markdown understands (pymdownx.arithmatex math and code
-spans); the docstrings themselves stay as they are, readable in ``help()`` and in an editor.
+rewrites them into what the site's Markdown understands (pymdownx.arithmatex math, code
+spans, and cross-references that link to the target's API entry when the site renders it);
+the docstrings themselves stay as they are, readable in ``help()`` and in an editor.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from griffe import Extension, Object
 _MATH_ROLE = re.compile(r":math:`([^`]+)`")
 _XREF_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|obj|data|exc|const):`~?([^`]+)`")
 _DOUBLE_BACKTICKS = re.compile(r"``([^`]+)``")
+#: The target of a role with an explicit title, ``:func:`title <target>```.
+_TITLED_TARGET = re.compile(r"^(?P<title>.*\S)\s*<(?P<target>[^<>\s]+)>$", re.DOTALL)
 _MATH_DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\.\. math::[ \t]*\n")
 
 
@@ -66,7 +69,15 @@ def rst_to_markdown(text: str) -> str:
     def xref(match: re.Match[str]) -> str:
         whole = match.group(0)
         target = match.group(1)
-        return f"`{_short_name(target, '`~' in whole)}`"
+        titled = _TITLED_TARGET.match(target)
+        if titled:
+            # ":func:`title <target>`": Sphinx shows the title and links to the target.
+            title, target = titled.group("title"), titled.group("target")
+        else:
+            title = _short_name(target, "`~" in whole)
+        # An optional autoref (what mkdocstrings emits for annotations): a link when the target
+        # has an entry on one of the API pages, the plain code span otherwise (no warning).
+        return f'<autoref identifier="{target.lstrip("~")}" optional>`{title}`</autoref>'
 
     text = _XREF_ROLE.sub(xref, text)
     return _DOUBLE_BACKTICKS.sub(r"`\1`", text)

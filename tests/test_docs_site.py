@@ -338,3 +338,352 @@ def test_wide_tables_scroll_instead_of_running_off_the_page(rendered):
         for table in info["overflowing"]
     ]
     assert not problems, _report(problems)
+
+
+#: What a reader cannot place, on top of :data:`INTERNAL_LABELS`: any benchmark code (``W5``,
+#: ``W1g``), the words the benchmarks use for themselves ("workload", "anchors"), a source named
+#: "the blog" instead of by its title and author, notes to self ("we checked", TODO). Searched
+#: in prose and in outputs, never in code: a command that reproduces a number
+#: (``python benchmarks/w5_lenet.py``) is not a label.
+UNPLACEABLE_WORDS = re.compile(
+    INTERNAL_LABELS.pattern
+    + r"|\bW\d+[a-z]?\b"
+    + r"|(?i:\bworkloads?\b|\banchors\b|\bpublished anchor\b|\bthe blog\b|\bblog's\b"
+    + r"|\bseed documents?\b|\bwe checked\b|\bTODO\b|\bFIXME\b)"
+)
+#: Code and maths in a markdown source: fenced blocks, inline code and inline maths (which may
+#: run over a line end), display maths.
+_MARKDOWN_CODE_AND_MATHS = re.compile(r"```.*?```|`[^`]*`|\$\$.*?\$\$|\$[^$]*\$", re.DOTALL)
+
+
+def unplaceable_words(where: str, text: str) -> list[str]:
+    """One problem for each of :data:`UNPLACEABLE_WORDS` in ``text``, with its context."""
+    return [
+        f"{where}: {match.group(0)!r} in ..."
+        + text[max(match.start() - 60, 0) : match.end() + 40].replace("\n", " ")
+        + "..."
+        for match in UNPLACEABLE_WORDS.finditer(text)
+    ]
+
+
+def notebook_reader_texts(path: Path) -> list[tuple[str, str]]:
+    """What a reader of a notebook reads as words: its markdown cells without code or maths, and
+    its text outputs (printed streams, plain-text and markdown results), as (where, text)."""
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    texts = []
+    for number, cell in enumerate(notebook["cells"], start=1):
+        where = f"{path.name}, cell {number}"
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            texts.append((where, _MARKDOWN_CODE_AND_MATHS.sub(" ", source)))
+        for output in cell.get("outputs", []):
+            text = output.get("text", "")
+            data = output.get("data", {})
+            for value in (text, data.get("text/plain", ""), data.get("text/markdown", "")):
+                value = "".join(value)
+                if value:
+                    texts.append((f"{where}, output", value))
+    return texts
+
+
+def test_no_benchmark_codes_or_internal_words_on_any_page(rendered):
+    """Every page says what was measured in words a reader knows (the network, the data, the
+    machine) and cites a source by its title: no ``W5``, "workload", "anchors", "the blog"."""
+    problems = []
+    for page, info in rendered.items():
+        problems += unplaceable_words(page, info["prose"])
+        for output in info["outputs"]:
+            problems += unplaceable_words(f"{page}, output", output)
+    assert not problems, _report(problems)
+
+
+def test_no_benchmark_codes_or_internal_words_in_the_notebooks():
+    """The same words in the committed notebooks, read as files: markdown cells and outputs."""
+    notebooks = sorted(ROOT.glob("tutorials/[0-9][0-9]_*.ipynb"))
+    assert notebooks
+    problems = [
+        problem
+        for notebook in notebooks
+        for where, text in notebook_reader_texts(notebook)
+        for problem in unplaceable_words(where, text)
+    ]
+    assert not problems, _report(problems)
+
+
+# --- The API pages' parameter sections and the reading width --------------------------------
+# (docs/griffe_forwarded_params.py gives the kernels the signature that receives their
+# **kwargs; docs/stylesheets/extra.css and `toc.integrate` widen the content column.)
+
+#: The kernels, whose options reach ``StochasticGradientKernel.__init__`` through ``**kwargs``.
+KERNELS = ("SGLD", "SGHMC", "PSGLD", "ConstantSGD")
+_VARIADIC = "*variadic*"
+
+_PARAMETER_ROWS = """
+// Every row of a Parameters section on the page, with the object it documents; both the
+// "spacy" style (TYPE:/DEFAULT: under the description) and the four-column "table" style.
+const rows = [];
+const text = (element) => (element ? element.innerText.trim() : null);
+for (const table of document.querySelectorAll(".md-content table")) {
+  const headers = [...table.querySelectorAll("thead th")].map((th) => th.innerText.trim());
+  const spacy = headers.length === 2 && /^PARAMETERS?$/i.test(headers[0]);
+  // the section title precedes the table, or the wrappers Material puts around tables
+  let anchor = table;
+  while (!anchor.previousElementSibling && anchor.parentElement) anchor = anchor.parentElement;
+  const title = anchor.previousElementSibling ? anchor.previousElementSibling.innerText : "";
+  const classic = headers.join("|").toLowerCase() === "name|type|description|default"
+    && /^parameters/i.test(title.trim());
+  if (!spacy && !classic) continue;
+  const object = table.closest(".doc-object");
+  const heading = object && object.querySelector(":scope > .doc-heading");
+  for (const row of table.querySelectorAll(":scope > tbody > tr")) {
+    const cells = row.querySelectorAll(":scope > td");
+    const item = {owner: heading ? heading.id : null, name: text(cells[0]), row: row.innerText};
+    if (spacy) {
+      item.type = text(row.querySelector(".doc-param-annotation code"));
+      item.default = text(row.querySelector(".doc-param-default code"));
+    } else {
+      item.type = text(cells[1]);
+      item.default = text(cells[3]) === "required" ? null : text(cells[3]);
+    }
+    rows.push(item);
+  }
+}
+return rows;
+"""
+
+
+@pytest.fixture(scope="module")
+def code_parameters():
+    """``(lookup, normal)``: ``lookup(anchor)`` gives the parameters in the code of the object an
+    API entry documents (name -> its default's source, ``None`` when required), or ``None``
+    when the source alone cannot tell; ``normal(source)`` spells a value the way ``ast`` does.
+    The package is read with ``ast``: the check imports neither torch nor the package."""
+    import ast  # here, not at the top: this part of the module was appended
+
+    classes: dict[str, ast.ClassDef] = {}
+    functions: dict[str, list[ast.FunctionDef]] = {}
+    for path in sorted((ROOT / "pyro_sgmcmc").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions.setdefault(node.name, []).append(node)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, node)
+
+    def arguments(function):
+        args = function.args
+        positional = args.posonlyargs + args.args
+        defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+        pairs = [
+            *zip(positional, defaults, strict=True),
+            *zip(args.kwonlyargs, args.kw_defaults, strict=True),
+        ]
+        found = {arg.arg: None if value is None else ast.unparse(value) for arg, value in pairs}
+        for variadic in (args.vararg, args.kwarg):
+            if variadic is not None:
+                found[variadic.arg] = _VARIADIC
+        found.pop("self", None)
+        found.pop("cls", None)
+        return found
+
+    def bases(name):
+        nodes = classes[name].bases
+        return [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in nodes]
+
+    def method(class_name, name):
+        """(defining class, ``class_name.name``) from the class or its nearest package base."""
+        if class_name not in classes:
+            return None
+        for item in classes[class_name].body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
+                return class_name, item
+        return next(filter(None, (method(base, name) for base in bases(class_name))), None)
+
+    def accepted(class_name):
+        """What ``class_name(...)`` accepts: its ``__init__``'s parameters and, when they hand
+        ``**kwargs`` on to ``super().__init__``, the base class's (the subclass's own win)."""
+        found = method(class_name, "__init__")
+        if found is None:
+            return {}
+        owner, init = found
+        parameters = arguments(init)
+        if init.args.kwarg is not None and "super().__init__(" in ast.unparse(init):
+            for base in bases(owner):
+                for name, default in accepted(base).items():
+                    parameters.setdefault(name, default)
+        return parameters
+
+    def lookup(anchor):
+        parts = anchor.split(".")
+        if parts[-1] in classes:
+            return accepted(parts[-1])
+        if len(parts) > 1 and parts[-2] in classes:
+            found = method(parts[-2], parts[-1])
+            return None if found is None else arguments(found[1])
+        if len(functions.get(parts[-1], [])) == 1:
+            return arguments(functions[parts[-1]][0])
+        return None
+
+    def normal(source):
+        try:
+            return ast.unparse(ast.parse(source.strip(), mode="eval"))
+        except SyntaxError:
+            return " ".join(source.split())
+
+    return lookup, normal
+
+
+def test_kernel_parameters_show_the_codes_types_and_defaults(server, browser, code_parameters):
+    """The kernels' page: every parameter row has a type, and a parameter with a default in the
+    code shows that default, not "required" -- also the options the kernels take through
+    ``**kwargs`` (their defaults are in ``StochasticGradientKernel.__init__``)."""
+    browser.get(f"{server}/api/kernels/index.html")
+    rows = browser.execute_script(_PARAMETER_ROWS)
+    lookup, normal = code_parameters
+    problems = []
+    for row in rows:
+        where = f"{row['owner']}({row['name']})"
+        if re.search(r"<\w+(\.\w+)+>", row["row"]):
+            problems.append(f"{where}: a raw cross-reference in the text: {row['row'][:200]!r}")
+        code = lookup(row["owner"] or "")
+        name = row["name"].lstrip("*")
+        if code is not None and name not in code:
+            problems.append(f"{where}: documented, but the code takes no such parameter")
+            continue
+        default = None if code is None else code[name]
+        if default == _VARIADIC:
+            # *args / **kwargs hold values of many types and have no default: the row says which
+            # callable's arguments they are (e.g. "The arguments of SGLD").
+            continue
+        if not row["type"]:
+            problems.append(f"{where}: no type")
+        if default is None:
+            continue
+        if row["default"] is None or re.search(r"\brequired\b", row["row"].splitlines()[-1]):
+            problems.append(f"{where}: shown as required, the code's default is {default}")
+        elif normal(row["default"]) != normal(default):
+            problems.append(f"{where}: default shown {row['default']!r}, in the code {default}")
+    assert not problems, _report(problems)
+    # not vacuous: every kernel's section lists its options with types and defaults
+    for kernel in KERNELS:
+        listed = [row for row in rows if row["owner"] == f"pyro_sgmcmc.{kernel}"]
+        with_defaults = [row for row in listed if row["default"] is not None and row["type"]]
+        assert len(with_defaults) >= 2, (kernel, listed)
+    sgld = {row["name"] for row in rows if row["owner"] == "pyro_sgmcmc.SGLD"}
+    assert {"temperature", "seed", "batch_size", "init_strategy"} <= sgld, sorted(sgld)
+
+
+#: The pages whose reading width is checked: the home page, a tutorial, an API page.
+LAYOUT_PAGES = (
+    "index.html",
+    "tutorials/01_linear_regression/index.html",
+    "api/kernels/index.html",
+)
+#: The content column at a 1280 px window is at least this wide (px).
+MIN_CONTENT_WIDTH = 900
+
+_LAYOUT = """
+const content =
+  document.querySelector(".md-content__inner") || document.querySelector(".md-content");
+const column = content.getBoundingClientRect();
+const scrolls = (element) => {
+  for (let node = element; node && node !== content; node = node.parentElement) {
+    const overflow = getComputedStyle(node).overflowX;
+    if (overflow === "auto" || overflow === "scroll") return true;
+  }
+  return false;
+};
+const describe = (element) =>
+  `${element.tagName.toLowerCase()}.${String(element.className).split(" ")[0]}: ` +
+  JSON.stringify((element.innerText || element.getAttribute("src") || "").slice(0, 60));
+const cut = [];
+const blocks = content.querySelectorAll(
+  "pre, pre > code, table, figure, img, .highlight, .jp-OutputArea-output, .jp-InputArea"
+);
+let scrolling = 0;
+for (const element of blocks) {
+  const box = element.getBoundingClientRect();
+  if (box.width === 0) continue;  // not shown (a closed <details>)
+  const ownOverflow = getComputedStyle(element).overflowX;
+  const scrollable = ownOverflow === "auto" || ownOverflow === "scroll";
+  if (element.scrollWidth > element.clientWidth + 1) {
+    if (scrollable) scrolling += 1;
+    else cut.push(`wider than its box (${element.scrollWidth} > ${element.clientWidth} px), ` +
+                  `no scroll bar: ${describe(element)}`);
+  }
+  if (box.right > column.right + 1 && !scrolls(element.parentElement)) {
+    const past = Math.round(box.right - column.right);
+    cut.push(`runs ${past} px past the column: ${describe(element)}`);
+  }
+}
+const images = [...content.querySelectorAll("img")].map((image) => ({
+  src: (image.getAttribute("src") || "").slice(0, 60),
+  natural: image.naturalWidth,
+  width: image.getBoundingClientRect().width,
+}));
+return {
+  window: window.innerWidth,
+  column: content.clientWidth,
+  cut: cut,
+  scrolling: scrolling,
+  images: images,
+};
+"""
+
+
+def _screenshot(
+    browser, directory: Path, name: str, selector: str | None = None, widest: bool = True
+) -> None:
+    """A screenshot of the window, scrolled to the widest (or first) match of ``selector``."""
+    import time  # here, not at the top: this part of the module was appended
+
+    if selector is not None:
+        found = browser.execute_script(
+            "const all = [...document.querySelectorAll(arguments[0])];"
+            "if (arguments[1]) all.sort((a, b) => b.scrollWidth - a.scrollWidth);"
+            "const e = all[0];"
+            "if (!e) return false;"
+            "const y = e.getBoundingClientRect().top + window.scrollY - 80;"
+            "window.scrollTo(0, 0); window.scrollTo(0, y); return true;",
+            selector,
+            widest,
+        )
+        if not found:
+            return
+        time.sleep(0.5)  # the header's title changes with an animation on scrolling
+    browser.save_screenshot(str(directory / f"{name}.png"))
+
+
+def test_reading_width_fits_figures_code_and_tables(server, browser):
+    """At a 1280x900 window the content column is wide (>= 900 px), no code block, table or
+    figure is wider than its visible box without a scroll bar, and the figures fit the column.
+    With ``DOCS_SCREENSHOTS`` set, screenshots of the pages go to that folder."""
+    shots = os.environ.get("DOCS_SCREENSHOTS")
+    directory = Path(shots) if shots else None
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+    browser.set_window_size(1280, 900)
+    problems = []
+    for page in LAYOUT_PAGES:
+        browser.get(f"{server}/{page}")
+        browser.execute_async_script(_WAIT_FOR_MATHJAX)
+        layout = browser.execute_script(_LAYOUT)
+        if layout["column"] < MIN_CONTENT_WIDTH:
+            problems.append(
+                f"{page}: content column {layout['column']} px at a {layout['window']} px window"
+            )
+        problems += [f"{page}: {problem}" for problem in layout["cut"]]
+        for image in layout["images"]:
+            if image["width"] > layout["column"] + 1:
+                problems.append(f"{page}: image wider than the column: {image}")
+            if image["natural"] and image["width"] < min(image["natural"], layout["column"]) / 2:
+                problems.append(f"{page}: image shown at under half its size: {image}")
+        if directory is not None:
+            name = page.removesuffix("/index.html").removesuffix(".html").replace("/", "-")
+            _screenshot(browser, directory, f"{name}-top")
+            _screenshot(browser, directory, f"{name}-figure", ".md-content img")
+            _screenshot(browser, directory, f"{name}-code", ".md-content pre")
+            _screenshot(browser, directory, f"{name}-table", ".jp-OutputArea-output table")
+            _screenshot(browser, directory, f"{name}-parameters", ".doc-contents table", False)
+    assert not problems, _report(problems)

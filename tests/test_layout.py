@@ -176,7 +176,6 @@ def test_a_former_module_path_imports_the_moved_module(former):
 
 def test_former_paths_share_state_with_the_moved_module(monkeypatch):
     import pyro_sgmcmc.export as former
-
     from pyro_sgmcmc.analysis import export
 
     monkeypatch.setattr(former, "to_inference_data", "patched")

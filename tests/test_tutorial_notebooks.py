@@ -150,3 +150,37 @@ def test_the_tutorials_executed_under_arviz1_are_the_ones_that_call_arviz():
         if "import arviz" in source.read_text() or "from arviz" in source.read_text()
     }
     assert calling_arviz <= set(listed), sorted(calling_arviz - set(listed))
+
+
+def _load_docs_site_check():
+    """``tests/test_docs_site.py``, whose word list the documentation check applies to the site."""
+    spec = importlib.util.spec_from_file_location(
+        "docs_site_check", ROOT / "tests/test_docs_site.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_notebook_speaks_to_a_reader(source):
+    """No benchmark code (``W5``), "workload", "anchors", "the blog" or note to self in a
+    notebook's markdown cells or outputs (the list of ``tests/test_docs_site.py``); and no
+    heading with nothing but code under it (the wall-time cell is introduced by a sentence)."""
+    import nbformat
+
+    check = _load_docs_site_check()
+    twin = source.with_suffix(".ipynb")
+    problems = [
+        problem
+        for where, text in check.notebook_reader_texts(twin)
+        for problem in check.unplaceable_words(where, text)
+    ]
+    cells = nbformat.read(twin, as_version=4).cells
+    for number, cell in enumerate(cells, start=1):
+        lines = [line for line in cell.source.strip().splitlines() if line.strip()]
+        if cell.cell_type == "markdown" and lines and all(line.startswith("#") for line in lines):
+            following = cells[number] if number < len(cells) else None
+            if following is None or following.cell_type == "code":
+                problems.append(f"{twin.name}, cell {number}: a bare heading {lines[-1]!r}")
+    assert not problems, "\n".join(problems)

@@ -59,7 +59,7 @@ from IPython.display import display
 from pyro.infer import MCMC, NUTS, RandomWalkKernel
 
 from pyro_sgmcmc import SGLD, from_draws
-from pyro_sgmcmc.diagnostics import convergence_report
+from pyro_sgmcmc.analysis.diagnostics import convergence_report
 
 logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
 
@@ -238,16 +238,41 @@ for name, (_, _, seconds) in results.items():
 print("gradient steps per kept SGLD draw, as each chain chose:", THINNING)
 
 # %% [markdown]
-# SGLD is the slowest of the three here, and that is expected on 30 data points. A full-data
-# gradient then costs no more than a minibatch one, so NUTS's long, Metropolis-corrected
-# trajectories are cheap. SGLD has no accept/reject step: it keeps its step small enough that
-# the discretisation bias stays at a few per cent of the posterior variance, and a step that
-# small needs tens of gradient steps to move by one posterior standard deviation (the thinning
-# printed above). The minibatch gradient pays off when the data are large: the cost of an SGLD
-# step stays at $B$ rows while each NUTS leapfrog step reads all $N$ (the "Performance and
-# tuning" page of the documentation measures effective draws per second against NUTS). On small
-# data like this, use NUTS; `SGHMC`'s momentum also needs fewer steps per effective draw than
-# SGLD.
+# SGLD is the slowest of the three here: the times printed above put it at several times
+# NUTS's wall time, and the table below gives it a tenth or less of NUTS's effective draws per
+# second. Three things add up to that.
+#
+# * **What the run asked for.** SGLD was asked for 1000 kept draws per chain, and each chain
+#   chose a thinning that makes a kept draw close to an independent one: the gradient steps per
+#   kept draw printed above are the chains' measured autocorrelation times. That comes to more
+#   than 60,000 gradient steps per chain for the kept draws, after 4000 warm-up steps, on a
+#   model of three parameters; `MCMC` ran the two chains one after the other. The table below
+#   shows what that bought: SGLD's 2000 kept draws are worth about 850 to 1300 effective draws,
+#   more than three posterior means and standard deviations need.
+# * **Small steps.** SGLD has no accept/reject step, so it keeps its step small enough that the
+#   discretisation bias stays at a few per cent of the posterior variance, and a step that small
+#   needs tens of gradient steps to move by one posterior standard deviation. NUTS's
+#   Metropolis-corrected trajectories can take long steps.
+# * **Small data.** On 30 points a full-data gradient costs no more than a minibatch one, so
+#   NUTS's trajectories are cheap. The minibatch gradient pays off when the data are large: the
+#   cost of an SGLD step stays at $B$ rows while each NUTS leapfrog step reads all $N$ (the
+#   "Performance and tuning" page of the documentation measures effective draws per second
+#   against NUTS).
+#
+# What to do about it:
+#
+# * **Ask for the draws you need.** Each kept draw costs a thinning's worth of gradient steps
+#   and is worth half an effective draw or more here, so `num_samples` sets the cost: half the
+#   draws, half the sampling time. Or let the run decide: `run_chains(kernel, x, y,
+#   num_chains=4, num_samples=100, target_ess=400)` starts with 100 draws per chain and draws
+#   on in rounds only until the run has converged with a total ESS of 400.
+# * **Run the chains side by side.** `run_chains` stacks the chains and pushes them through one
+#   batched gradient per step; on a model this small the per-step overhead dominates, and the
+#   "Performance and tuning" page measures 8 chains of a small network at about 1.1 to 1.6 times
+#   the cost of one.
+# * **Use `SGHMC`**, whose momentum needs several times fewer gradient steps per effective draw
+#   than SGLD.
+# * **Or use NUTS** on data this small, where a full-data gradient is cheap.
 
 # %% [markdown]
 # ## Traces and burn-in
@@ -361,7 +386,10 @@ for name in SETTINGS:
 
 
 # %% [markdown]
-# ## Wall time
+# The last cell prints how long this whole notebook took to execute, from its first cell to its
+# last. The outputs shown here come from a full-mode run on a shared two-core CPU machine, often
+# under load (the tutorials' index page lists the times of all seven); on another machine, or in
+# smoke mode, the time differs.
 
 # %%
 elapsed = time.perf_counter() - NOTEBOOK_START

@@ -25,7 +25,7 @@
 # * **SGHMC** (`pyro_sgmcmc.SGHMC`, Chen, Fox & Guestrin 2014): minibatches of 8 points,
 #   started from a MAP fit, with the noise precision resampled exactly by a Gibbs step once per
 #   epoch;
-# * **SVI** (`pyro_sgmcmc.svi.fit_svi`, Bayes by Backprop, Blundell et al. 2015): a mean-field
+# * **SVI** (`pyro_sgmcmc.fit_svi`, Bayes by Backprop, Blundell et al. 2015): a mean-field
 #   Gaussian guide, once on the same model and once with the noise level known, as Blundell et
 #   al. fit their regression example (we will see why).
 #
@@ -39,8 +39,8 @@
 # \underbrace{\mathbb E_\theta[\sigma^2_\theta]}_{\text{aleatoric}}.
 # $$
 #
-# All three methods export to ArviZ with `pyro_sgmcmc.export.to_inference_data`, and
-# `pyro_sgmcmc.diagnostics.convergence_report` puts their diagnostics side by side.
+# All three methods export to ArviZ with `pyro_sgmcmc.analysis.export.to_inference_data`, and
+# `pyro_sgmcmc.analysis.diagnostics.convergence_report` puts their diagnostics side by side.
 #
 # **Run modes.** The full configuration takes about a quarter of an hour on one CPU core, most of it
 # NUTS: with a tree depth of up to 8 (255 leapfrog steps) a NUTS draw costs as much as a few
@@ -73,14 +73,14 @@ from IPython.display import display
 from pyro.infer import MCMC, NUTS
 
 from pyro_sgmcmc import SGHMC
-from pyro_sgmcmc.datasets import load_dataset
-from pyro_sgmcmc.diagnostics import convergence_report, reports_table
-from pyro_sgmcmc.export import HMCStatsCollector, to_inference_data
-from pyro_sgmcmc.initialization import find_map
-from pyro_sgmcmc.metrics import predictive_log_likelihood, rmse
+from pyro_sgmcmc.analysis.diagnostics import convergence_report, reports_table
+from pyro_sgmcmc.analysis.export import HMCStatsCollector, to_inference_data
+from pyro_sgmcmc.analysis.metrics import predictive_log_likelihood, rmse
+from pyro_sgmcmc.analysis.predictive import posterior_predictive
+from pyro_sgmcmc.data.datasets import load_dataset
+from pyro_sgmcmc.models.initialization import find_map
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood
-from pyro_sgmcmc.predictive import posterior_predictive
-from pyro_sgmcmc.svi import fit_svi
+from pyro_sgmcmc.variational.svi import fit_svi
 
 logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
 
@@ -243,7 +243,7 @@ pd.concat(summaries).round(2)
 # %% [markdown]
 # ## Predictive bands
 #
-# `pyro_sgmcmc.predictive.posterior_predictive` evaluates the network for every draw (plain
+# `pyro_sgmcmc.analysis.predictive.posterior_predictive` evaluates the network for every draw (plain
 # torch, draws batched) and returns the predictive mean, the epistemic variance
 # $\operatorname{Var}_s[\mu_s(x)]$ and the aleatoric variance $\mathbb E_s[\sigma_s^2]$. The
 # shaded bands are $\pm 2$ standard deviations: dark for epistemic, light for total. Everything
@@ -392,7 +392,10 @@ print(
 # arXiv:1801.06230, 2018.
 
 # %% [markdown]
-# ## Wall time
+# The last cell prints how long this whole notebook took to execute, from its first cell to its
+# last. The outputs shown here come from a full-mode run on a shared two-core CPU machine, often
+# under load (the tutorials' index page lists the times of all seven); on another machine, or in
+# smoke mode, the time differs.
 
 # %%
 elapsed = time.perf_counter() - NOTEBOOK_START

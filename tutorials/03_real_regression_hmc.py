@@ -24,7 +24,7 @@
 #
 # Three estimates of the same model:
 #
-# * **MAP**: `pyro_sgmcmc.initialization.find_map`, Adam on the log joint density; one point,
+# * **MAP**: `pyro_sgmcmc.models.initialization.find_map`, Adam on the log joint density; one point,
 #   no epistemic uncertainty;
 # * **NUTS started from MAP**: several chains started at the MAP perturbed in different random
 #   directions (over-dispersed starts), so that split-$\hat R$ can reveal chains that have not
@@ -65,13 +65,13 @@ from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_uniform
 
 from pyro_sgmcmc import SGHMC
-from pyro_sgmcmc.datasets import load_dataset
-from pyro_sgmcmc.diagnostics import convergence_report, reports_table
-from pyro_sgmcmc.export import HMCStatsCollector, to_inference_data
-from pyro_sgmcmc.initialization import find_map
-from pyro_sgmcmc.metrics import mae, predictive_log_likelihood, rmse
+from pyro_sgmcmc.analysis.diagnostics import convergence_report, reports_table
+from pyro_sgmcmc.analysis.export import HMCStatsCollector, to_inference_data
+from pyro_sgmcmc.analysis.metrics import mae, predictive_log_likelihood, rmse
+from pyro_sgmcmc.analysis.predictive import posterior_predictive
+from pyro_sgmcmc.data.datasets import load_dataset
+from pyro_sgmcmc.models.initialization import find_map
 from pyro_sgmcmc.nn import BayesianMLP
-from pyro_sgmcmc.predictive import posterior_predictive
 
 logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
 
@@ -336,7 +336,10 @@ display(table)
 
 
 # %% [markdown]
-# ## Wall time
+# The last cell prints how long this whole notebook took to execute, from its first cell to its
+# last. The outputs shown here come from a full-mode run on a shared two-core CPU machine, often
+# under load (the tutorials' index page lists the times of all seven); on another machine, or in
+# smoke mode, the time differs.
 
 # %%
 elapsed = time.perf_counter() - NOTEBOOK_START

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 4. Image classification: SGHMC, SGLD, SGD and SVI
+# # 4. Image classification: SGHMC, SGLD, a MAP fit, Constant SGD and SVI
 #
 # A 784-100-10 network with sigmoid hidden units on Fashion-MNIST (60 000 training images of
 # clothing, 10 classes), with Neal's hierarchical prior: every weight group (each layer's weights,
@@ -33,7 +33,8 @@
 #
 # * **SGHMC** (Chen, Fox & Guestrin 2014) and **SGLD** (Welling & Teh 2011), from
 #   `pyro_sgmcmc`, on minibatches of 100 images (500 on Fashion-MNIST);
-# * **SGD**: the optimisation baseline, a MAP fit with minibatch Adam (`find_map`);
+# * **a MAP fit**: the optimisation baseline, the mode of the posterior found by minibatch Adam
+#   (`find_map`); the table and the figures label it "SGD";
 # * **Constant SGD** (Mandt, Hoffman & Blei 2017): SGD with a constant rate and no injected
 #   noise, whose iterates are read as posterior draws; `ConstantSGD` estimates the gradient noise
 #   during warm-up and then uses their optimal rate $\eta^* = 2BD / (N^2 \operatorname{Tr} C)$;
@@ -72,13 +73,17 @@ from IPython.display import display
 from pyro.infer import MCMC
 
 from pyro_sgmcmc import SGHMC, SGLD, ConstantSGD, SamplerDivergedError
-from pyro_sgmcmc.datasets import load_dataset
+from pyro_sgmcmc.analysis.metrics import (
+    accuracy,
+    expected_calibration_error,
+    negative_log_likelihood,
+)
+from pyro_sgmcmc.analysis.predictive import classify_with_cutoff, posterior_predictive, sample_guide
+from pyro_sgmcmc.data.datasets import load_dataset
 from pyro_sgmcmc.errors import SamplerWarning
-from pyro_sgmcmc.initialization import find_map
-from pyro_sgmcmc.metrics import accuracy, expected_calibration_error, negative_log_likelihood
+from pyro_sgmcmc.models.initialization import find_map
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision
-from pyro_sgmcmc.predictive import classify_with_cutoff, posterior_predictive, sample_guide
-from pyro_sgmcmc.svi import fit_svi
+from pyro_sgmcmc.variational.svi import fit_svi
 
 logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
 
@@ -121,8 +126,10 @@ print(f"{HIDDEN} hidden units, batches of {BATCH}, {EPOCH} steps per epoch")
 # `BayesianMLP(..., likelihood_temperature=0.02)` targets $p(\theta)\, p(y \mid \theta)^{50}$ and
 # keeps the Gibbs updates of the precisions proper, whereas a cold posterior (`temperature < 1`
 # in the kernel) makes the precisions run away and collapses the first layer. On the full data
-# set with 40 epochs of SGD as a warm start, that setting reached accuracy 0.894, NLL 0.293 and
-# ECE 0.008 in about three minutes (see the performance page of the documentation).
+# set, with 40 epochs of SGD as a warm start and a hand-given step (`learning_rate=0.02`), that
+# setting reached accuracy 0.894, NLL 0.293 and ECE 0.008 in about three minutes of SGHMC with
+# four chains (the "Performance and tuning" page of the documentation, under Temperature; the
+# run is described in `benchmarks/README.md`).
 
 # %%
 x, y = data.x_train, data.y_train
@@ -150,8 +157,8 @@ print(make_model().latent_sites)
 # noise, the second half measures each weight's curvature and minibatch-gradient noise and sets
 # a step size and a diagonal preconditioner, which are then frozen (the "Adaptive warm-up" page
 # of the documentation). Constant SGD then switches to Mandt et al.'s optimal rate. Each kept
-# draw is one epoch of gradient steps; the warm-up draws are discarded. In full mode SGD is 40
-# epochs of minibatch Adam and SVI 100 epochs.
+# draw is one epoch of gradient steps; the warm-up draws are discarded. In full mode the MAP fit
+# ("SGD" in the table) is 40 epochs of minibatch Adam and SVI 100 epochs.
 #
 # The kernels check the health of every chain (for example, a network that has not left its
 # starting point after warm-up) and report a problem with a `SamplerWarning`; here such a
@@ -357,21 +364,37 @@ display(table)
 # ## Reading the table
 #
 # The two optimisers score lowest, and the column $\lambda$ (the precision of the first-layer
-# weights, averaged over draws) says why. SGD here is a MAP fit of the hierarchical model: it
-# maximises the joint density of the weights *and* their precisions, and with 78,400 first-layer
-# weights the term $\lambda^{n_g/2}$ of that density rewards shrinking them all together: the
-# mode drives $\lambda$ up by orders of magnitude and the weights towards zero, and the network
-# underfits. (The
-# same network with fixed $\mathcal N(0, 1)$ weights reaches an accuracy of about 0.88 with these
-# settings; we checked.) The samplers average over $\lambda$ instead of maximising over it, and
-# keep the first layer alive. Constant SGD is SGD at a constant rate around a mode of the same
-# density, and inherits what that mode does to the first layer. Optimisation on a hierarchical
-# prior is the classic place where a point estimate and the posterior part ways; SVI, which
-# optimises a distribution, sits between the two.
+# weights, averaged over draws) says why. The row "SGD" is the MAP fit by Adam of the
+# hierarchical model: it maximises the joint density of the weights *and* their precisions, and
+# with 78,400 first-layer weights the term $\lambda^{n_g/2}$ of that density rewards shrinking
+# them all together: the mode drives $\lambda$ up by orders of magnitude and the weights towards
+# zero, and the network underfits. (A prior with fixed scales has no precision to drive up:
+# `NormalPrior(1.0)` in place of `GammaPrecision(1.0, 1.0)` in `make_model` is the experiment
+# that separates this effect from the optimiser; it is not run here.) The samplers average over
+# $\lambda$ instead of maximising over it, and keep the first layer alive. Constant SGD is SGD
+# at a constant rate around a mode of the same density, and inherits what that mode does to the
+# first layer. Optimisation on a hierarchical prior is the classic place where a point estimate
+# and the posterior part ways; SVI, which optimises a distribution, sits between the two.
+#
+# The column "noise refused" is 0.000 for every method, and the cut-off says why.
+# `classify_with_cutoff` refuses an image only when its largest predictive probability is below
+# 0.2. With ten classes the largest probability is at least 0.1 (a flat prediction), and it
+# falls below 0.2 only when the probability is spread over six classes or more. None of these
+# networks does that for a noise image: in the right panel of the histograms above every noise
+# image lies to the right of the dashed line at 0.2. The sigmoid network has only ever seen
+# clothes, and it maps uniform noise to a few classes with confidence; averaging over the
+# posterior does not change that here, since in this run the samplers and SVI are *more*
+# confident on noise (mostly 0.7 to 1) than the two optimisers (mostly 0.25 to 0.6). A refusal
+# at 0.2 is thus no test of whether these models know what they do not know; tutorial 7 sweeps
+# the cut-off for a convolutional network, where a higher one refuses most noise images at the
+# price of some test images.
 
 
 # %% [markdown]
-# ## Wall time
+# The last cell prints how long this whole notebook took to execute, from its first cell to its
+# last. The outputs shown here come from a full-mode run on a shared two-core CPU machine, often
+# under load (the tutorials' index page lists the times of all seven); on another machine, or in
+# smoke mode, the time differs.
 
 # %%
 elapsed = time.perf_counter() - NOTEBOOK_START

@@ -29,8 +29,9 @@
 # * compare accuracy, negative log-likelihood (NLL) and expected calibration error (ECE;
 #   Guo et al. 2017) on the 10 000 test images, and
 # * let the model **refuse** what it does not know: an image is not classified when no class
-#   gets a predictive probability of at least 0.2 (the cut-off of the blog post this workload
-#   comes from), and we look at where a cut-off should sit to refuse pure-noise images.
+#   gets a predictive probability of at least 0.2 (the cut-off that Matthew McAteer's blog post
+#   "A quick intro to Bayesian neural networks", 2019, applies to a Bayesian LeNet-5 on MNIST),
+#   and we look at where a cut-off should sit to refuse pure-noise images.
 #
 # NUTS is not in this race: with 61 706 weights and 60 000 images, every leapfrog step of NUTS
 # would run the network on all images, and a draw needs up to a thousand of them.
@@ -66,14 +67,14 @@ from pyro.poutine.util import site_is_subsample
 from torch import nn
 
 from pyro_sgmcmc import SGHMC, fit_svi
-from pyro_sgmcmc.datasets import load_dataset
-from pyro_sgmcmc.initialization import init_to_fan_in
-from pyro_sgmcmc.plots import reliability_bins
-from pyro_sgmcmc.predictive import (
+from pyro_sgmcmc.analysis.plots import reliability_bins
+from pyro_sgmcmc.analysis.predictive import (
     classification_report,
     classify_with_cutoff,
     posterior_predictive,
 )
+from pyro_sgmcmc.data.datasets import load_dataset
+from pyro_sgmcmc.models.initialization import init_to_fan_in
 
 logging.getLogger("arviz").setLevel(logging.ERROR)
 
@@ -182,14 +183,18 @@ print(f"{len(weights)} latent sites, {sum(weights.values())} weights and biases"
 # function of the flat weight vector, and replays that (the "model contract" page of the
 # documentation says how, and what falls back to Pyro's trace).
 #
-# Three choices differ from the defaults, and each is the one the W5 benchmark records:
+# Three choices differ from the defaults. They are the settings of the longer run quoted below
+# the results (`python benchmarks/w5_lenet.py --learning-rate 0.05 --friction 0.1
+# --temperature 0.1`):
 #
 # * **A fixed step.** With no step size the kernel adapts one per weight during warm-up. On
 #   this ReLU conv net the adaptation is safe but conservative (it measures curvature by
 #   finite differences of minibatch gradients, which max-pooling and ReLU make rough): the
-#   benchmark measured 0.864 test accuracy with it. `learning_rate=0.05` (per datum, i.e. a
-#   step $\eta = 0.05 / N$ on the potential) with `friction=0.1` is SGD with momentum 0.9 at
-#   rate 0.05 plus the injected noise.
+#   same script with the package's defaults (no `--learning-rate`) reached 0.86-0.87 test
+#   accuracy in ten minutes on two cores (the "Adaptive warm-up" page of the documentation,
+#   under Limits). `learning_rate=0.05` (per datum, i.e. a step $\eta = 0.05 / N$ on the
+#   potential) with `friction=0.1` is SGD with momentum 0.9 at rate 0.05 plus the injected
+#   noise.
 # * **LeCun-scaled starting weights** (`init_to_fan_in`): every weight starts uniform in
 #   $\pm\sqrt{3 / \text{fan-in}}$ and every bias at its prior median, 0.
 # * **A cold posterior**, `temperature=0.1`: the injected noise is scaled to sample
@@ -291,12 +296,13 @@ if SMOKE:
 display(pd.DataFrame(rows).set_index("method"))
 
 # %% [markdown]
-# For reference, the published anchors of this workload on Fashion-MNIST are a deterministic
-# LeNet-5 at 0.910 accuracy / 0.321 NLL and mean-field VI at 0.895 / 0.292. The W5 benchmark
-# (`benchmarks/w5_lenet.py`) gives each method ten minutes on two cores, more than this
-# notebook's few minutes; it recorded 0.917 / 0.236 / 0.008 (accuracy / NLL / ECE) for SGHMC,
-# 0.906 / 0.248 / 0.016 for SVI with Flipout, and 0.891 / 1.221 / 0.095 for a deterministic
-# LeNet-5 trained by SGD for the same time, which over-fits: its probabilities grow overconfident.
+# For comparison, a longer run: `python benchmarks/w5_lenet.py --skip-timing --learning-rate 0.05
+# --friction 0.1 --temperature 0.1 --threads 2` gives each method ten minutes on two cores, more
+# than this notebook's few minutes, with the same network (`pyro_sgmcmc.nn.LeNet5`) and settings.
+# In the run shown on the "Performance and tuning" page of the documentation it reached
+# 0.917 / 0.236 / 0.008 (accuracy / NLL / ECE) for SGHMC, 0.906 / 0.248 / 0.016 for SVI with
+# Flipout, and 0.891 / 1.221 / 0.095 for a deterministic LeNet-5 trained by SGD with momentum for
+# the same ten minutes, which over-fits: its probabilities grow overconfident.
 #
 # Below, left: the reliability diagram (accuracy of the test images in each bin of
 # confidence, the largest predictive probability; a calibrated model lies on the diagonal).
@@ -325,7 +331,7 @@ fig.tight_layout()
 # %% [markdown]
 # ## Where to put the cut-off
 #
-# At the blog's cut-off of 0.2 few noise images are refused: with ten classes, a largest
+# At a cut-off of 0.2 few noise images are refused: with ten classes, a largest
 # probability below 0.2 means a nearly flat prediction, and a network that has only ever seen
 # clothes sends uniform noise to a few classes with moderate confidence (the right panel above).
 # What separates noise from real images is that confidence itself: most test images get a
@@ -380,7 +386,10 @@ for row, (image, probs_of, label) in enumerate(
 fig.tight_layout()
 
 # %% [markdown]
-# ## Wall time
+# The last cell prints how long this whole notebook took to execute, from its first cell to its
+# last. The outputs shown here come from a full-mode run on a shared two-core CPU machine, often
+# under load (the tutorials' index page lists the times of all seven); on another machine, or in
+# smoke mode, the time differs.
 
 # %%
 elapsed = time.perf_counter() - NOTEBOOK_START

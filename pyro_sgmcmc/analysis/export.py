@@ -95,8 +95,6 @@ the same way under both lines with ``pyro_sgmcmc.analysis._arviz`` (``group_name
 ``arviz_plots`` (``az.summary``, ``az.loo``, ``az.plot_trace_dist``, ``az.plot_rank``). The
 custom group ``svi_loss`` is kept by both. Nothing in the kernels depends on the line.
 
-Modules
--------
 This module is the public entry; the work is done in one module per job, whose public names
 it re-exports: :mod:`~pyro_sgmcmc.analysis.export_groups` (:func:`build_groups`: the groups from a
 source), :mod:`~pyro_sgmcmc.analysis.export_sources` (draws, statistics and attributes of an MCMC
