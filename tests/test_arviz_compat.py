@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 
 import arviz as az
 import matplotlib
@@ -31,7 +32,13 @@ from pyro_sgmcmc.analysis.export import (
     to_datatree,
     to_inference_data,
 )
-from pyro_sgmcmc.analysis.plots import diagnostic_figures
+from pyro_sgmcmc.analysis.plots import (
+    _label_trace_axes,
+    _output_subset,
+    diagnostic_figure_names,
+    diagnostic_figures,
+    has_outputs,
+)
 from pyro_sgmcmc.errors import SamplerWarning
 from pyro_sgmcmc.variational.svi import fit_svi
 
@@ -314,8 +321,30 @@ def test_figures_stay_out_of_pyplot(exports, tmp_path):
         _arviz.plot_pair(idata, var_names=["s"])
     paths = diagnostic_figures(exports["svi"], "svi", tmp_path)
     assert all((tmp_path / name).stat().st_size > 0 for name in ("svi_trace.png", "svi_rank.png"))
-    assert len(paths) == 2
+    outputs = has_outputs(exports["svi"])
+    assert [Path(path).name for path in paths] == diagnostic_figure_names("svi", outputs=outputs)
     assert plt.get_fignums() == before
+
+
+def test_figures_of_a_networks_outputs_show_its_least_mixed_outputs(tmp_path):
+    """A network's outputs f(x) get trace and rank figures of their own: the test inputs where
+    the chains disagree most come first, labelled by test row; trace panels name their axes."""
+    rng = np.random.default_rng(0)
+    output = rng.normal(size=(2, 60, 10, 1))
+    output[1, :, 7] += 5.0  # the chains disagree at test input 7, less at 3
+    output[1, :, 3] += 1.0
+    idata = _arviz.from_samples({"w": rng.normal(size=(2, 60, 3))}, predictions={"output": output})
+    assert has_outputs(idata)
+    subset = _output_subset(idata)
+    names = list(_arviz.get_group(subset, "posterior").data_vars)
+    assert names[:2] == ["f(x_7)", "f(x_3)"] and len(names) == 6
+    figure = _arviz.plot_trace(subset, figsize=(9, 10))
+    _label_trace_axes(figure, num_draws=60)
+    labels = {(ax.get_xlabel(), ax.get_ylabel()) for ax in figure.axes if ax.get_visible()}
+    assert ("draw", "value") in labels
+    paths = diagnostic_figures(idata, "sghmc", tmp_path)
+    assert [Path(path).name for path in paths] == diagnostic_figure_names("sghmc")
+    assert all(Path(path).stat().st_size > 0 for path in paths)
 
 
 def test_bfmi_per_chain(exports):

@@ -39,7 +39,8 @@ def _summary(out) -> dict:
 
 
 def _check_method_outputs(out, method: str) -> None:
-    for suffix in ("_trace.png", "_rank.png"):
+    # a few weights, and the network's outputs f(x) at the test inputs (what mixing is judged by)
+    for suffix in ("_trace.png", "_rank.png", "_trace_fx.png", "_rank_fx.png"):
         assert (out / f"{method}{suffix}").stat().st_size > 0
     idata = _arviz.load_netcdf(out / f"{method}.nc")
     assert {"posterior", "log_likelihood", "observed_data"} <= set(_arviz.group_names(idata))

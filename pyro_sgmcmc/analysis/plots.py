@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "diagnostic_figure_names",
     "diagnostic_figures",
+    "has_outputs",
     "predicted_vs_observed",
     "predictive_bands",
     "predictive_figure_name",
@@ -217,30 +218,101 @@ def _trace_subset(idata: Any) -> Any:
     return _arviz.from_samples(chosen)
 
 
-def diagnostic_figure_names(method: str) -> list[str]:
-    """The file names :func:`diagnostic_figures` writes: ``{method}_trace.png``, ``_rank.png``."""
-    return [f"{method}_trace.png", f"{method}_rank.png"]
+def has_outputs(idata: Any) -> bool:
+    """Whether ``idata`` holds a network's outputs at the test inputs (``predictions.output``)."""
+    return _arviz.has_group(idata, "predictions") and (
+        "output" in _arviz.get_group(idata, "predictions").data_vars
+    )
+
+
+def _output_subset(idata: Any) -> Any:
+    """The outputs :math:`f(x)` at the few test inputs whose split R-hat is largest.
+
+    These are what a network's convergence is judged by (:mod:`~pyro_sgmcmc.analysis.diagnostics`):
+    the worst of them show whether the chains agree on the predictions. Each is labelled
+    ``f(x_i)`` by its test row ``i`` (and ``[k]`` by its output index when there are several).
+    """
+    output = _arviz.get_group(idata, "predictions")["output"]
+    values = output.values
+    flat = values.reshape(*values.shape[:2], -1)
+    order = np.arange(flat.shape[-1])
+    if values.shape[0] > 1 and values.shape[1] >= 4:
+        rhat = np.nan_to_num(_arviz.rhat(output.to_dataset())["output"].values.reshape(-1))
+        order = np.argsort(-rhat, kind="stable")
+    chosen: dict[str, np.ndarray] = {}
+    for index in order[:MAX_TRACE_COMPONENTS]:
+        row, *rest = np.unravel_index(index, values.shape[2:])
+        shown = [k for k, size in zip(rest, values.shape[3:], strict=True) if size > 1]
+        label = f"f(x_{row})" + "".join(f"[{k}]" for k in shown)
+        chosen[label] = flat[..., index]
+    return _arviz.from_samples(chosen)
+
+
+def diagnostic_figure_names(method: str, outputs: bool = True) -> list[str]:
+    """The file names :func:`diagnostic_figures` writes for ``method``.
+
+    ``{method}_trace.png`` and ``{method}_rank.png`` (a few parameters), and with ``outputs``
+    (a network's outputs at the test inputs, :func:`has_outputs`) ``{method}_trace_fx.png`` and
+    ``{method}_rank_fx.png``.
+    """
+    names = [f"{method}_trace.png", f"{method}_rank.png"]
+    return names + ([f"{method}_trace_fx.png", f"{method}_rank_fx.png"] if outputs else [])
 
 
 def diagnostic_figures(idata: Any, method: str, out: Path) -> list[str]:
-    """ArviZ trace and rank plots of a few scalar components (:func:`diagnostic_figure_names`)."""
+    """ArviZ trace and rank plots of a few parameters and, for a network, of its outputs.
+
+    The outputs :math:`f(x)` at the test inputs are identified where the weights are not (hidden
+    units can be permuted between chains), so their figures are the ones to judge mixing by;
+    see :func:`diagnostic_figure_names` for the files.
+    """
     with warnings.catch_warnings():
         # ArviZ 0.23 calls a Matplotlib API deprecated in 3.11, once per axis; and its density
         # estimate warns about a component that stays constant (a short run), drawn all the same
         warnings.simplefilter("ignore", matplotlib.MatplotlibDeprecationWarning)
         warnings.filterwarnings("ignore", message="Your data appears to have a single value")
-        return _diagnostic_figures(idata, method, Path(out))
+        out = Path(out)
+        names = diagnostic_figure_names(method, outputs=has_outputs(idata))
+        paths = _trace_and_rank(_trace_subset(idata), f"{method}: parameters", names[:2], out)
+        if len(names) > 2:
+            what = f"{method}: outputs f(x) at the test inputs with the largest R-hat"
+            paths += _trace_and_rank(_output_subset(idata), what, names[2:], out)
+        return paths
 
 
-def _diagnostic_figures(idata: Any, method: str, out: Path) -> list[str]:
-    subset = _trace_subset(idata)
+def _trace_and_rank(subset: Any, title: str, names: list[str], out: Path) -> list[str]:
     count = len(_arviz.get_group(subset, "posterior").data_vars)
-    trace_name, rank_name = diagnostic_figure_names(method)
-    fig = _arviz.plot_trace(subset, figsize=(9, 1.6 * count))
-    fig.suptitle(f"{method}: traces of {count} components")
-    paths = [_save(fig, out / trace_name)]
+    fig = _arviz.plot_trace(subset, figsize=(9, 1.6 * count + 0.6))
+    _label_trace_axes(fig, _arviz.get_group(subset, "posterior").sizes["draw"])
+    fig.suptitle(f"{title}: traces (left: density of each chain, right: value by draw)")
+    paths = [_save(fig, out / names[0])]
     rows = -(-count // min(count, 2))
-    fig = _arviz.plot_rank(subset, figsize=(9, 2.2 * rows), columns=2)
-    fig.suptitle(f"{method}: rank plots")
-    paths.append(_save(fig, out / rank_name))
+    fig = _arviz.plot_rank(subset, figsize=(9, 2.2 * rows + 0.6), columns=2)
+    _small_titles(fig)
+    fig.suptitle(f"{title}: ranks (flat and alike across chains when they mix)")
+    paths.append(_save(fig, out / names[1]))
     return paths
+
+
+def _label_trace_axes(fig: Figure, num_draws: int) -> None:
+    """Name the axes of a trace figure: a panel whose lines run over the draw index is a trace,
+    the panel beside it a density (left unnamed if no trace panel is recognised)."""
+    draws = np.arange(num_draws)
+    traces = [
+        ax
+        for ax in fig.axes
+        if any(np.array_equal(np.asarray(line.get_xdata()), draws) for line in ax.get_lines())
+    ]
+    for ax in fig.axes if traces else []:
+        trace = ax in traces
+        ax.set_xlabel("draw" if trace else "value", fontsize=8)
+        ax.set_ylabel("value" if trace else "density", fontsize=8)
+    _small_titles(fig)
+
+
+def _small_titles(fig: Figure) -> None:
+    """Panel titles and axis labels at a size that fits small panels (ArviZ's default is large)."""
+    for ax in fig.axes:
+        ax.title.set_fontsize(9)
+        ax.xaxis.label.set_fontsize(8)
+        ax.yaxis.label.set_fontsize(8)

@@ -231,7 +231,8 @@ def _write_method(outcome: MethodOutcome, out: OutputDirectory, figures: bool) -
     _arviz.to_netcdf(outcome.idata, path)
     result.files.append(str(path))
     if figures:
-        for name in plots.diagnostic_figure_names(result.method):
+        outputs = plots.has_outputs(outcome.idata)
+        for name in plots.diagnostic_figure_names(result.method, outputs=outputs):
             out.claim(name)
         result.files += plots.diagnostic_figures(outcome.idata, result.method, out.path)
 

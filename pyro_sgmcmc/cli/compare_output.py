@@ -44,7 +44,7 @@ def output_names(methods: tuple[str, ...] = METHODS) -> set[str]:
     names = {"summary.json", "summary.md"}
     names |= {"reliability_diagram.png", "predictive_bands.png", "predicted_vs_observed.png"}
     for method in methods:
-        names |= {f"{method}.nc", *plots.diagnostic_figure_names(method)}
+        names |= {f"{method}.nc", *plots.diagnostic_figure_names(method, outputs=True)}
     return names
 
 
