@@ -34,7 +34,7 @@
 # * **SGHMC** (Chen, Fox & Guestrin 2014) and **SGLD** (Welling & Teh 2011), from
 #   `pyro_sgmcmc`, on minibatches of 100 images (500 on Fashion-MNIST);
 # * **a MAP fit**: the optimisation baseline, the mode of the posterior found by minibatch Adam
-#   (`find_map`); the table and the figures label it "SGD";
+#   (`find_map`), labelled "MAP (Adam)" in the table and the figures;
 # * **Constant SGD** (Mandt, Hoffman & Blei 2017): SGD with a constant rate and no injected
 #   noise, whose iterates are read as posterior draws; `ConstantSGD` estimates the gradient noise
 #   during warm-up and then uses their optimal rate $\eta^* = 2BD / (N^2 \operatorname{Tr} C)$;
@@ -46,7 +46,7 @@
 #
 # **Data and run modes.** Fashion-MNIST is read from the IDX files of the Debian package
 # `dataset-fashion-mnist` (`/usr/share/datasets/fashion-mnist`, or the folder in
-# `$PYRO_SGMCMC_FASHION_MNIST`). The full configuration takes about ten minutes on one CPU
+# `$PYRO_SGMCMC_FASHION_MNIST`). The full configuration takes ten to fifteen minutes on one CPU
 # core. In smoke mode (`PYRO_SGMCMC_SMOKE=1`, what CI runs) the same network is
 # fitted with short chains on a random subset of 3000 training and 1000 test images. Only where
 # the files are not installed does the notebook fall back to scikit-learn's 8x8 `digits` (1797
@@ -108,11 +108,11 @@ HIDDEN = 100 if FASHION else 50
 BATCH = 500 if FASHION else 100
 EPOCH = data.num_train // BATCH  # gradient steps per pass over the data
 # Each kept draw is one epoch of gradient steps. The adaptive warm-up needs a few hundred warm-up
-# gradient steps (WARMUP * STEPS_PER_DRAW); SGD runs SGD_EPOCHS passes over the data.
+# gradient steps (WARMUP * STEPS_PER_DRAW); the MAP fit runs MAP_EPOCHS passes over the data.
 if SMOKE:
-    WARMUP, DRAWS, STEPS_PER_DRAW, SGD_EPOCHS, SVI_EPOCHS = 60, 60, EPOCH, 20, 30
+    WARMUP, DRAWS, STEPS_PER_DRAW, MAP_EPOCHS, SVI_EPOCHS = 60, 60, EPOCH, 20, 30
 else:
-    WARMUP, DRAWS, STEPS_PER_DRAW, SGD_EPOCHS, SVI_EPOCHS = 20, 200, EPOCH, 40, 100
+    WARMUP, DRAWS, STEPS_PER_DRAW, MAP_EPOCHS, SVI_EPOCHS = 20, 200, EPOCH, 40, 100
 print(f"{HIDDEN} hidden units, batches of {BATCH}, {EPOCH} steps per epoch")
 
 # %% [markdown]
@@ -158,7 +158,7 @@ print(make_model().latent_sites)
 # a step size and a diagonal preconditioner, which are then frozen (the "Adaptive warm-up" page
 # of the documentation). Constant SGD then switches to Mandt et al.'s optimal rate. Each kept
 # draw is one epoch of gradient steps; the warm-up draws are discarded. In full mode the MAP fit
-# ("SGD" in the table) is 40 epochs of minibatch Adam and SVI 100 epochs.
+# is 40 epochs of minibatch Adam and SVI 100 epochs.
 #
 # The kernels check the health of every chain (for example, a network that has not left its
 # starting point after warm-up) and report a problem with a `SamplerWarning`; here such a
@@ -213,14 +213,14 @@ map_values = find_map(
     model,
     x,
     y,
-    num_steps=SGD_EPOCHS * EPOCH,
+    num_steps=MAP_EPOCHS * EPOCH,
     batch_size=BATCH,
     learning_rate=1e-2,
     seed=2,
     return_values=True,
 )
-seconds["SGD"] = time.perf_counter() - start
-fits["SGD"] = (model, {k: v.detach()[None] for k, v in map_values.items()})
+seconds["MAP (Adam)"] = time.perf_counter() - start
+fits["MAP (Adam)"] = (model, {k: v.detach()[None] for k, v in map_values.items()})
 
 model = make_model()
 start = time.perf_counter()
@@ -241,7 +241,8 @@ except SamplerDivergedError as error:
 else:
     seconds["Constant SGD"] = time.perf_counter() - start
     fits["Constant SGD"] = (model, mcmc.get_samples())
-    print("optimal constant rate (full-gradient units):", mcmc.diagnostics()["optimal_rate"])
+    (rate,) = mcmc.diagnostics()["optimal_rate"].values()  # one chain: {"chain 0": rate}
+    print(f"optimal constant rate (full-gradient units): {rate:.3g}")
 
 model = make_model()
 svi_result = fit_svi(
@@ -311,12 +312,12 @@ for name in ["SGHMC", "SGLD", "SVI"]:
     )
     axes[1].plot(draws["layers.0.weight_precision"].numpy(), label=name)
 axes[0].hist(
-    fits["SGD"][1]["layers.0.weight"].flatten().numpy(),
+    fits["MAP (Adam)"][1]["layers.0.weight"].flatten().numpy(),
     bins=100,
     density=True,
     histtype="step",
     color="k",
-    label="SGD (point)",
+    label="MAP (Adam), a point",
 )
 axes[0].set(xlabel="weight, layer 0", yscale="log", title="first-layer weights")
 axes[1].set(xlabel="kept draw", ylabel="λ of layer-0 weights", title="precision draws")
@@ -364,30 +365,43 @@ display(table)
 # ## Reading the table
 #
 # The two optimisers score lowest, and the column $\lambda$ (the precision of the first-layer
-# weights, averaged over draws) says why. The row "SGD" is the MAP fit by Adam of the
-# hierarchical model: it maximises the joint density of the weights *and* their precisions, and
-# with 78,400 first-layer weights the term $\lambda^{n_g/2}$ of that density rewards shrinking
-# them all together: the mode drives $\lambda$ up by orders of magnitude and the weights towards
-# zero, and the network underfits. (A prior with fixed scales has no precision to drive up:
-# `NormalPrior(1.0)` in place of `GammaPrecision(1.0, 1.0)` in `make_model` is the experiment
-# that separates this effect from the optimiser; it is not run here.) The samplers average over
-# $\lambda$ instead of maximising over it, and keep the first layer alive. Constant SGD is SGD
-# at a constant rate around a mode of the same density, and inherits what that mode does to the
-# first layer. Optimisation on a hierarchical prior is the classic place where a point estimate
-# and the posterior part ways; SVI, which optimises a distribution, sits between the two.
+# weights, averaged over draws) says why. The row "MAP (Adam)" is the mode of the posterior of the
+# hierarchical model, found by Adam: it maximises the joint density of the weights *and* their
+# precisions, and with 78,400 first-layer weights the term $\lambda^{n_g/2}$ of that density
+# rewards shrinking them all together: the mode drives $\lambda$ up by orders of magnitude and the
+# weights towards zero, and the network underfits. (A prior with fixed scales has no precision to
+# drive up: `NormalPrior(1.0)` in place of `GammaPrecision(1.0, 1.0)` in `make_model` is the
+# experiment that separates this effect from the optimiser; it is not run here.) The samplers
+# average over $\lambda$ instead of maximising over it, and keep the first layer alive. Constant
+# SGD is SGD at a constant rate around a mode of the same density, and inherits what that mode
+# does to the first layer. Optimisation on a hierarchical prior is the classic place where a point
+# estimate and the posterior part ways; SVI, which optimises a distribution, sits between the two.
 #
 # The column "noise refused" is 0.000 for every method, and the cut-off says why.
 # `classify_with_cutoff` refuses an image only when its largest predictive probability is below
-# 0.2. With ten classes the largest probability is at least 0.1 (a flat prediction), and it
-# falls below 0.2 only when the probability is spread over six classes or more. None of these
-# networks does that for a noise image: in the right panel of the histograms above every noise
-# image lies to the right of the dashed line at 0.2. The sigmoid network has only ever seen
-# clothes, and it maps uniform noise to a few classes with confidence; averaging over the
-# posterior does not change that here, since in this run the samplers and SVI are *more*
-# confident on noise (mostly 0.7 to 1) than the two optimisers (mostly 0.25 to 0.6). A refusal
-# at 0.2 is thus no test of whether these models know what they do not know; tutorial 7 sweeps
-# the cut-off for a convolutional network, where a higher one refuses most noise images at the
-# price of some test images.
+# 0.2. With ten classes the largest probability is at least 0.1 (a flat prediction), and it falls
+# below 0.2 only when the probability is spread over six classes or more. None of these networks
+# does that for a noise image: in the right panel of the histograms above every noise image lies
+# to the right of the dashed line at 0.2. The sigmoid network has only ever seen clothes, and it
+# maps uniform noise to a few classes with confidence. Averaging over the posterior tempers that
+# only in part: in this run the MAP fit puts almost every noise image above 0.85, the samplers
+# mostly between 0.7 and 1 and SVI mostly between 0.55 and 0.85; Constant SGD stays lowest (mostly
+# 0.25 to 0.45), as it is unsure of many test images too (left panel). A refusal at 0.2 is thus no
+# test of whether these models know what they do not know; tutorial 7 sweeps the cut-off for a
+# convolutional network, where a higher one refuses most noise images at the price of some test
+# images.
+#
+# **The sampler messages.** Each sampler judges its chain on the network's outputs $f(x)$, and all
+# three printed a `not converged` message under the fits: in 200 kept draws the bulk ESS of $f(x)$
+# is 1 for SGHMC and SGLD and 2 for Constant SGD, where 100 is asked for (by their own estimate
+# SGHMC and SGLD would need a run about 74 and 73 times longer). The precision draws above show
+# the reason: the $\lambda$ of the first layer still falls at the end of the run, so the chains
+# drift and have not settled. The rows of the samplers are therefore what one chain gives in this
+# budget, averaged along that drift, not a converged posterior predictive;
+# `pyro_sgmcmc.run_chains(kernel, ..., target_ess=400)` draws until the ESS is reached. Constant
+# SGD also reports that 1187 of the 78,400 first-layer weights did not move during sampling (their
+# spread over the draws is about a thousandth of a posterior standard deviation): for those
+# weights its draws are a single point.
 
 
 # %% [markdown]

@@ -54,7 +54,7 @@ import pandas as pd
 import pyro
 import pyro.distributions as dist
 import torch
-from IPython.display import Markdown, display
+from IPython.display import display
 from pyro.infer import MCMC, NUTS
 
 from pyro_sgmcmc.dynamics import (
@@ -434,8 +434,7 @@ schedule_table
 #
 # ## Numbers
 #
-# The cell below shows the three tables above once more, in one place; it computes nothing new.
-# What they say:
+# What the three tables above say:
 #
 # * **Friction (part 1).** Without a Metropolis test the integrator alone, on the exact
 #   gradient, is already a little off (variances 0.904, correlation 0.953, KL 0.140). The
@@ -444,25 +443,88 @@ schedule_table
 #   correlation 0.897, KL 0.000 to three decimals), and a partial momentum refresh leaves that
 #   so (0.988, 0.898, 0.000).
 # * **Mode hopping (part 2).** Every chain of every sampler hops between the modes at least
-#   once. Per kept draw, cyclical SGLD hops most (26.9 hops in 2000 draws, against 16.1 for SGLD
-#   with a constant step and 11.0 in 1000 draws for NUTS), and its fraction in the mode at
-#   $(2, -2)$, 0.517, is closest to the exact 0.5; NUTS's 0.562 rests on four chains only.
+#   once. Per kept draw, cyclical SGLD hops most (26.9 hops in 2000 draws, 13.5 per 1000,
+#   against 16.1 for SGLD with a constant step and 11.0 in 1000 draws for NUTS), and its fraction
+#   in the mode at $(2, -2)$, 0.517, is closest to the exact 0.5; NUTS's 0.562 rests on four
+#   chains only.
 # * **Step size and temperature (part 3).** Every constant-step row is within 2% of the
-#   closed-form prediction, including the bias: at $\epsilon = 0.18$ the stiff direction's
-#   variance is 1.001 against a predicted 1.000, ten times the exact 0.100. $T$ scales the
-#   variance as predicted (0.474 / 0.026 at $T = 0.25$, 7.570 / 0.422 at $T = 4$). The decaying
-#   schedule gives 1.927 / 0.102 and the cyclical one 1.804 / 0.125, against the exact
+#   closed-form prediction (the largest gap is 1.5%), including the bias: at $\epsilon = 0.18$ the
+#   stiff direction's variance is 1.001 against a predicted 1.000, ten times the exact 0.100. $T$
+#   scales the variance as predicted (0.474 / 0.026 at $T = 0.25$, 7.570 / 0.422 at $T = 4$). The
+#   decaying schedule gives 1.927 / 0.102 and the cyclical one 1.804 / 0.125, against the exact
 #   1.900 / 0.100.
+#
+# The cell below collects the key number of each part in one table, next to its reference: the
+# KL divergence without and with friction (0 for an exact sampler); cyclical SGLD's hops per 1000
+# kept draws (so that chains of different lengths compare) against NUTS's, and its fraction of
+# draws in the mode at $(2, -2)$; the stiff direction's variance at $\epsilon = 0.18$ against
+# the closed form, and the largest relative gap between a constant-step row's variance and the
+# closed form, along either axis.
 
 # %%
 if SMOKE:
     print("smoke mode: fewer chains and steps, noisier numbers")
-for title, table in [
-    ("Friction (part 1)", friction_table),
-    ("Mode hopping (part 2)", mixture_table),
-    ("Step size and temperature (part 3)", schedule_table),
-]:
-    display(Markdown(f"**{title}**"), table)
+
+kl = friction_table["KL to target"]
+hops_per_1000 = (
+    1000 * mixture_table["hops per chain (mean)"] / mixture_table["kept draws per chain"]
+)
+nuts_name, _, cyclical_name = mixture_table.index
+gaps = []  # measured / predicted - 1, along both axes, for every constant-step row
+for name, _, temperature, step in configurations:
+    if step is not None:
+        measured = schedule_table.loc[name, ["var along λ=0.53", "var along λ=10"]]
+        predicted = predicted_variance(step, temperature)
+        gaps += [float(m) / float(q) - 1 for m, q in zip(measured, predicted, strict=True)]
+
+summary = pd.DataFrame(
+    [
+        (
+            "1. friction",
+            "KL to target, naive SGHMC",
+            kl["naive SGHMC (noisy, no friction)"],
+            0.0,
+            "exact sampler",
+        ),
+        (
+            "1. friction",
+            "KL to target, SGHMC with friction",
+            kl["SGHMC with friction (noisy)"],
+            0.0,
+            "exact sampler",
+        ),
+        (
+            "2. two modes",
+            "hops per 1000 kept draws, cyclical SGLD",
+            hops_per_1000[cyclical_name],
+            hops_per_1000[nuts_name],
+            "NUTS",
+        ),
+        (
+            "2. two modes",
+            "fraction in mode (2,-2), cyclical SGLD",
+            mixture_table.loc[cyclical_name, "fraction in mode (2,-2)"],
+            0.5,
+            "exact target",
+        ),
+        (
+            "3. step size",
+            "var along λ=10, ε = 0.18",
+            schedule_table.loc["constant ε = 0.18, T = 1", "var along λ=10"],
+            float(predicted_variance(0.18, 1.0)[1]),
+            "closed form",
+        ),
+        (
+            "3. step size",
+            "largest relative gap, constant steps",
+            max(abs(gap) for gap in gaps),
+            0.0,
+            "closed form",
+        ),
+    ],
+    columns=["part", "quantity", "measured", "reference", "reference is"],
+).set_index(["part", "quantity"])
+display(summary)
 
 
 # %% [markdown]
