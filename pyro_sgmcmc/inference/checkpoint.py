@@ -49,6 +49,7 @@ import pyro.poutine as poutine
 import torch
 from pyro.infer.mcmc.api import MCMC, AbstractMCMC
 from pyro.infer.mcmc.logger import ProgressBar
+from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from pyro.util import optional
 
 from .._validation import check_positive_int
@@ -162,7 +163,7 @@ class ResumableMCMC(MCMC):
 
     def __init__(
         self,
-        kernel,
+        kernel: MCMCKernel,
         num_samples: int,
         warmup_steps: int | None = None,
         initial_params: Mapping[str, torch.Tensor] | None = None,

@@ -92,7 +92,13 @@ class ScaleMixtureNormal(TorchDistribution):
     support = constraints.real
     has_rsample = False
 
-    def __init__(self, mixture_weight, scale1, scale2, validate_args=None) -> None:
+    def __init__(
+        self,
+        mixture_weight: float | torch.Tensor,
+        scale1: float | torch.Tensor,
+        scale2: float | torch.Tensor,
+        validate_args: bool | None = None,
+    ) -> None:
         self.mixture_weight, self.scale1, self.scale2 = broadcast_all(
             mixture_weight, scale1, scale2
         )
