@@ -109,10 +109,6 @@ def _mcmc(
         )
 
 
-def _run_mcmc(mcmc: MCMC, data: Dataset) -> None:
-    mcmc.run(data.x_train, data.y_train)
-
-
 def nuts_potential(
     model: BayesianMLP, data: Dataset
 ) -> tuple[Callable[[TensorDict], torch.Tensor], dict[str, Any], str]:
