@@ -266,10 +266,13 @@ def test_row_chunks_give_the_same_log_likelihood(results, data):
     full = build_groups(results["_svi_result"], None, x, y, num_draws=5, seed=4)
     chunked = build_groups(results["_svi_result"], None, x, y, num_draws=5, seed=4, chunk_size=7)
     np.testing.assert_allclose(
-        chunked["log_likelihood"]["obs"].values, full["log_likelihood"]["obs"].values, rtol=1e-6
+        chunked["log_likelihood"]["obs"].values,
+        full["log_likelihood"]["obs"].values,
+        rtol=1e-5,  # float32 model: chunks change the summation order
+        atol=1e-6,
     )
     np.testing.assert_allclose(
-        chunked["sample_stats"]["lp"].values, full["sample_stats"]["lp"].values, rtol=1e-6
+        chunked["sample_stats"]["lp"].values, full["sample_stats"]["lp"].values, rtol=1e-5
     )
     assert chunked["posterior_predictive"]["obs"].shape == (2, 5, N_TRAIN)
 
@@ -322,7 +325,10 @@ def test_pyromodule_bnn_keeps_log_likelihood_and_fast_path_agrees(data):
     assert fast_model.fast_calls == 5 * 3  # 5 draws x 3 row chunks
     assert by_trace.log_likelihood["obs"].shape == (1, 5, N_TRAIN)
     np.testing.assert_allclose(
-        fast.log_likelihood["obs"].values, by_trace.log_likelihood["obs"].values, rtol=1e-5
+        fast.log_likelihood["obs"].values,
+        by_trace.log_likelihood["obs"].values,
+        rtol=1e-5,
+        atol=1e-6,
     )
     assert by_trace.posterior["hidden.weight"].dims == (
         "chain",

@@ -211,7 +211,8 @@ def test_flipout_decorrelates_examples_in_a_minibatch():
         for e in ESTIMATORS
     }
     plain = samples["reparameterization"]
-    assert torch.allclose(plain[:, 0], plain[:, 1])
+    # rows of one float32 matmul: equal up to the order of its sums (values up to about 11)
+    assert torch.allclose(plain[:, 0], plain[:, 1], atol=1e-5)
     for estimator in ("local_reparameterization", "flipout"):
         a = samples[estimator]
         corr = np.corrcoef(a[:, 0, 0].numpy(), a[:, 1, 0].numpy())[0, 1]

@@ -161,11 +161,13 @@ def test_fast_and_trace_potentials_agree_and_prior_is_not_scaled():
     idx = torch.arange(0, 200, 5)
     u_trace, g_trace = _value_and_grad(trace, {"w": w}, idx)
     u_fast, g_fast = _value_and_grad(fast, {"w": w}, idx)
-    torch.testing.assert_close(u_trace, u_fast)
-    torch.testing.assert_close(g_trace["w"], g_fast["w"])
+    # float32 sums over 40 rows in different orders (values of 400 to 1000: ulp 6e-5)
+    close = dict(rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(u_trace, u_fast, **close)
+    torch.testing.assert_close(g_trace["w"], g_fast["w"], **close)
     prior = dist.Normal(0.0, 2.0).log_prob(w).sum()
     lik = dist.Normal(x[idx] @ w, 0.5).log_prob(y[idx]).sum() * (200 / len(idx))
-    torch.testing.assert_close(u_trace, -(prior + lik))
+    torch.testing.assert_close(u_trace, -(prior + lik), **close)
 
 
 @pytest.mark.parametrize(("likelihood", "out"), [("normal", 1), ("categorical", 3)])

@@ -21,7 +21,7 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
 from ..errors import ModelContractError
-from ..models.structure import plate_chunks, plate_frame, rows_log_prob
+from ..models.structure import MissingPlateError, plate_chunks, plate_frame, rows_log_prob
 from .export_checks import _check_finite, _check_support, _check_test_like_training, _DataError
 from .export_xarray import _numpy
 
@@ -165,7 +165,17 @@ def _data_plate_size(model, latents, args, kwargs, plate_name) -> int:
 def _plate_chunks(model, latents, args, kwargs, plate_name, chunk_size):
     try:
         return plate_chunks(model, args, kwargs, plate_name, latents, chunk_size)
+    except MissingPlateError as error:
+        advice = "put the observations in a pyro.plate over the data rows"
+        if error.found:
+            advice = "pass plate_name= one of them (the plate of the observations' rows)"
+        raise ModelContractError(
+            f"plate_name={plate_name!r}: the model has no pyro.plate named {plate_name!r}; "
+            f"plates found: {error.found or 'none'}; {advice}"
+        ) from None
     except ModelContractError as error:
+        if chunk_size is None:
+            raise
         raise ValueError(f"chunk_size={chunk_size}: {error}; pass chunk_size=None") from error
 
 

@@ -234,9 +234,29 @@ def load_table(
         raise ValueError(
             f"{path}: the split left {dataset.num_train} training and {dataset.num_test} test "
             f"rows; use more rows or another test_fraction (got {test_fraction})"
+            + _single_row_classes(y, class_names, task)
         )
     metadata = {**dataset.metadata, "target": target, "task_source": task_source}
     return replace(dataset, metadata=metadata)
+
+
+def _single_row_classes(y: np.ndarray, class_names: Any, task: str) -> str:
+    """For a classification split that failed: which classes have one row (the stratified
+    split keeps such a class in training, so a table of them leaves no test rows)."""
+    if task != "classification":
+        return ""
+    labels, counts = np.unique(y, return_counts=True)
+    single = labels[counts == 1]
+    if not len(single):
+        return ""
+    names = [str(class_names[i]) if class_names else str(i) for i in single[:5]]
+    more = ", ..." if len(single) > 5 else ""
+    return (
+        f". {len(single)} of the {len(labels)} classes have a single row (e.g. "
+        f"{', '.join(repr(n) for n in names)}{more}), which the stratified split keeps in "
+        "training: is the target column an identifier rather than a class? Give the class "
+        "column as --target (or task='regression' for a numeric target)"
+    )
 
 
 def _check_table_arguments(path: Path, target: Any, task: Any) -> str:

@@ -9,12 +9,14 @@ once for all chains; chain ``c`` gets the same seed, start, minibatches and nois
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from pyro import poutine
 from pyro.infer.autoguide.initialization import init_to_mean, init_to_median
 from pyro.infer.mcmc.util import initialize_model
 from pyro.poutine.messenger import Messenger
@@ -35,6 +37,7 @@ from ..models.structure import (
     has_hidden_units,
     inspect_model,
     resolve_batch_size,
+    spread_rows,
 )
 from .adaptation import AdaptiveControl
 from .blind_sites import blind_site_messages, find_blind_sites
@@ -61,6 +64,10 @@ from .thinning import ThinningMeter, warmup_steps_per_draw
 __all__ = ["PreparedChains", "prepare_chains", "resolve_gibbs_updates"]
 
 TensorDict = dict[str, torch.Tensor]
+
+
+#: Rows on which :meth:`PreparedChains.log_density_at_reference` evaluates the model.
+SIGNATURE_ROWS = 8
 
 
 @dataclass
@@ -116,7 +123,29 @@ class PreparedChains:
             },
             "observed_sites": list(self.structure.observed_sites),
             "num_data": self.structure.num_data,
+            "model_log_density": self.log_density_at_reference(),
         }
+
+    def log_density_at_reference(self) -> float | None:
+        r""":math:`\log p(\theta_r, y_R)`: the model's log joint density at a fixed point
+        :math:`\theta_r` (every unconstrained coordinate 0.1, whatever the chain) on
+        :data:`SIGNATURE_ROWS` rows :math:`R` spread over the data, the model's own torch random
+        numbers fixed; ``None`` where it is not finite. With the sites' shapes in
+        :meth:`signature`, it tells apart two models of the same sites, e.g. another likelihood."""
+        plate = self.structure.plate
+        device = next(iter(self.initial.values())).device
+        count = min(plate.num_data, plate.max_rows, SIGNATURE_ROWS)
+        rows = spread_rows(count, plate.num_data, device)
+        model, args, kwargs = plate.bind(self.structure.model, *self.data, rows)
+        values = self.constrain(
+            {name: torch.full_like(value[0], 0.1) for name, value in self.initial.items()}
+        )
+        forked = [device] if device.type == "cuda" else []
+        with torch.no_grad(), torch.random.fork_rng(devices=forked):
+            torch.manual_seed(0)
+            trace = poutine.trace(poutine.condition(model, data=values)).get_trace(*args, **kwargs)
+            density = float(trace.log_prob_sum())
+        return density if math.isfinite(density) else None
 
     def warmup_messages(self, args: tuple, kwargs: Mapping[str, Any]) -> list[str]:
         """What is wrong after warm-up: chains still on their way, a classifier at chance, a fit

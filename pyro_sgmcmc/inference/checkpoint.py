@@ -552,6 +552,7 @@ class ResumableMCMC(MCMC):
             )
         self._reset_progress()
         for chain, saved in enumerate(payload["chains"]):
+            self._check_draw_count(chain, saved, path)
             self._chain_draws[chain] = list(saved["draws"])
             self._diagnostics[chain] = saved["diagnostics"]
             self._chain_states[chain] = saved["kernel_state"]
@@ -566,6 +567,27 @@ class ResumableMCMC(MCMC):
             finally:
                 self.kernel.cleanup()
         return payload["rng"]
+
+    def _check_draw_count(self, chain: int, saved: Mapping[str, Any], path) -> None:
+        """Refuse a chain whose kernel state counts other draws than the chain has kept."""
+        state = saved["kernel_state"]
+        if state is None or self.draw_dtype is not None and not saved["draws"]:
+            return
+        done = state.get("num_draws") if isinstance(state, Mapping) else None
+        total = self._total_draws()
+        if not isinstance(done, int) or not 0 <= done <= total:
+            raise CheckpointError(
+                f"the checkpoint {str(path)!r}: chain {chain}'s kernel state has num_draws="
+                f"{done!r}, outside [0, {total}] for a run of {self.warmup_steps} warm-up and "
+                f"{self.num_samples} kept draws: it was edited"
+            )
+        kept = max(0, done - self.warmup_steps)
+        if len(saved["draws"]) != kept:
+            raise CheckpointError(
+                f"the checkpoint {str(path)!r}: chain {chain} holds {len(saved['draws'])} kept "
+                f"draws, but its kernel state counts {done} draws ({kept} after "
+                f"{self.warmup_steps} of warm-up): it was edited"
+            )
 
     # ------------------------------------------------------------------ results
     def _transforms(self) -> Mapping:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 import random
 import signal
@@ -379,6 +380,8 @@ def restore_state(target: Any, state: Any, what: str, path: str | os.PathLike) -
     :class:`~pyro_sgmcmc.errors.CheckpointError` naming ``what`` and the file."""
     try:
         target.load_state_dict(state)
+    except CheckpointError:
+        raise  # it names what differs (another model, kernel or setting)
     except (KeyError, IndexError, TypeError, AttributeError, ValueError, RuntimeError) as error:
         raise CheckpointError(
             f"the checkpoint {str(path)!r}: its {what} state cannot be loaded "
@@ -386,9 +389,15 @@ def restore_state(target: Any, state: Any, what: str, path: str | os.PathLike) -
         ) from error
 
 
+#: Signature entries newer than some checkpoints: compared only when the checkpoint has them.
+_ADDED_ENTRIES = frozenset({"model_log_density"})
+
+
 def check_signature(saved: Any, current: Mapping[str, Any]) -> None:
     """Refuse a saved run whose signature (kernel class, settings, model's sites, data size)
     differs from the current one, naming each difference (:class:`CheckpointError`)."""
+    if isinstance(saved, Mapping):  # entries added since a checkpoint was written are not asked
+        current = {k: v for k, v in current.items() if k in saved or k not in _ADDED_ENTRIES}
     differences = _differences(saved, current) if isinstance(saved, Mapping) else ["signature"]
     if differences:
         raise CheckpointError(
@@ -404,6 +413,9 @@ def _differences(saved: Mapping[str, Any], current: Mapping[str, Any], prefix: s
         a, b = saved.get(key, "<missing>"), current.get(key, "<missing>")
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             found.extend(_differences(a, b, f"{prefix}{key}."))
+        elif isinstance(a, float) and isinstance(b, float):
+            if not math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6):  # another CPU's rounding
+                found.append(f"{prefix}{key}: saved {a:.7g}, now {b:.7g}")
         elif a != b:
             found.append(f"{prefix}{key}: saved {a!r}, now {b!r}")
     return found

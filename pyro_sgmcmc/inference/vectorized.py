@@ -40,7 +40,7 @@ import numpy as np
 import pyro
 import torch
 
-from .._validation import check_model_kwargs, check_positive_int
+from .._validation import as_tensor_arguments, check_model_kwargs, check_positive_int
 from ..analysis.diagnostics import Verdict
 from ..analysis.function_space import OutputDraws, run_verdict
 from ..engine.build import PreparedChains, prepare_chains
@@ -327,6 +327,7 @@ def run_chains(
                        ("distribute_chains", distribute_chains)]:  # fmt: skip
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be True or False, got {flag!r}")
+    args, kwargs = as_tensor_arguments(args, kwargs)  # as MCMC.run does (the kernel's setup)
     run = {"num_chains": num_chains, "num_samples": num_samples, "warmup_steps": warmup_steps}
     if target_ess is not None:
         run["target_ess"] = target_ess

@@ -23,7 +23,7 @@ from pyro.infer.autoguide.initialization import init_to_uniform
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from torch.distributions.transforms import Transform
 
-from .._validation import check_positive_int
+from .._validation import as_tensor_arguments, check_positive_int
 from ..analysis.function_space import OutputDraws, run_verdict
 from ..dynamics.registry import get_algorithm
 from ..engine.build import PreparedChains, prepare_chains
@@ -155,6 +155,7 @@ class StochasticGradientKernel(MCMCKernel):
         chain = self._chain_index()
         self._reset_chain()
         self._num_setups += 1
+        args, kwargs = as_tensor_arguments(args, kwargs)  # as run_chains does: NumPy data work
         self._data = (args, kwargs)
         self._run_position = sequential_run_position()
         if self._run_position is None or self._run_position[0] == 0:

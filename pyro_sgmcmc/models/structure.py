@@ -35,6 +35,11 @@ from pyro.poutine.trace_struct import Trace
 from pyro.poutine.util import site_is_subsample
 
 from ..errors import ModelContractError
+from .contract_checks import (
+    CheckSubsampleSize,
+    check_observation_shape,
+    check_priors_ignore_slicing,
+)
 
 __all__ = [
     "DataPlate",
@@ -319,11 +324,17 @@ def _named(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[ArgumentKey, st
 
 
 def check_finite_data(args: tuple, kwargs: Mapping[str, Any]) -> None:
-    """Refuse tensors in the model arguments that contain NaN or infinity, or are empty."""
+    """Refuse tensors in the model arguments that contain NaN or infinity, are empty, or live on
+    the ``meta`` device (no values)."""
     for _, name, value in _named(args, kwargs):
         if isinstance(value, np.ndarray) and value.dtype.kind in "fc":
             value = torch.from_numpy(value)
         if isinstance(value, torch.Tensor):
+            if value.is_meta:
+                raise ValueError(
+                    f"model argument {name} is on the 'meta' device, which holds shapes but no "
+                    "values: give the data on 'cpu' or 'cuda'"
+                )
             if value.numel() == 0:
                 raise ValueError(f"model argument {name} is an empty tensor: the data set is empty")
             if value.is_floating_point() and not bool(torch.isfinite(value).all()):
@@ -380,6 +391,9 @@ def inspect_model(
         # rows only), as find_data_plate does, so that the random draws that follow stay the same
         fn = _traced_plate(model, args, kwargs, plate_name, latents)
     plate = _data_plate(model, args, kwargs, plate_name, fn, latents, data_args)
+    if plate.mode == "sliced":
+        rows = spread_rows(min(2, plate.num_data), plate.num_data)
+        check_priors_ignore_slicing(plate, model, args, kwargs, rows, trace, latent)
     return ModelStructure(tuple(latent), plate, tuple(observed), trace, model)
 
 
@@ -411,7 +425,7 @@ class _StopAtLatentInPlate(Messenger):
 
 
 def _trace(model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> Trace:
-    return poutine.trace(model).get_trace(*args, **kwargs)
+    return poutine.trace(CheckSubsampleSize()(model)).get_trace(*args, **kwargs)
 
 
 def _trace_global_sites_first(
@@ -529,13 +543,25 @@ def plate_chunks(
     return plate, list(torch.arange(num_rows).split(limit))
 
 
+class MissingPlateError(ModelContractError):
+    """The model has no plate of the name asked for; ``found`` lists the plates it has (so that
+    a caller can name its own argument, e.g. the export's ``plate_name``)."""
+
+    def __init__(self, message: str, plate_name: str, found: list[str]) -> None:
+        super().__init__(message)
+        self.plate_name, self.found = plate_name, found
+
+
 def _plate_site(trace: Trace, plate_name: str) -> Mapping[str, Any]:
     plate_site = trace.nodes.get(plate_name)
     if plate_site is None or not site_is_subsample(plate_site):
-        raise ModelContractError(
+        found = _plate_names(trace)
+        raise MissingPlateError(
             f"the model has no pyro.plate named {plate_name!r} (subsample_plate={plate_name!r}); "
-            f"plates found: {_plate_names(trace) or 'none'}. Put the observations inside "
-            f"`with pyro.plate({plate_name!r}, x.shape[0]):` or pass subsample_plate=<name>."
+            f"plates found: {found or 'none'}. Put the observations inside "
+            f"`with pyro.plate({plate_name!r}, x.shape[0]):` or pass subsample_plate=<name>.",
+            plate_name,
+            found,
         )
     return plate_site
 
@@ -559,6 +585,7 @@ def _classify_sites(trace: Trace, plate_name: str) -> tuple[list[str], list[str]
             continue
         if site["is_observed"]:
             if _in_plate(site, plate_name) and not site["infer"].get("_deterministic", False):
+                check_observation_shape(name, site)
                 observed.append(name)
             continue
         if _in_plate(site, plate_name):

@@ -1,0 +1,103 @@
+"""Checks of the model contract that name what is wrong: an observation that broadcasts its
+distribution, a plate asking for more rows than it has, a prior computed from data that are
+sliced to each minibatch. :mod:`.structure` runs them while it inspects a model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+from pyro import poutine
+from pyro.poutine.messenger import Messenger
+from pyro.poutine.trace_struct import Trace
+from pyro.poutine.util import site_is_subsample
+
+from ..errors import ModelContractError
+
+
+class SlicedPlate(Protocol):
+    """What :func:`check_priors_ignore_slicing` reads of a data plate
+    (:class:`~pyro_sgmcmc.models.structure.DataPlate`)."""
+
+    num_data: int
+    data_args: tuple[int | str, ...]
+
+    def bind(
+        self, model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any], rows: Any
+    ) -> tuple[Callable[..., Any], tuple, dict[str, Any]]: ...
+
+
+class CheckSubsampleSize(Messenger):
+    """Refuse a plate whose ``subsample_size`` exceeds its size, by name (Pyro's own error blames
+    a guide: "Did you accidentally use different subsample_size in the model and guide?")."""
+
+    def _pyro_sample(self, msg) -> None:
+        fn = msg["fn"]
+        if site_is_subsample(msg) and (fn.subsample_size or 0) > fn.size > 0:
+            raise ModelContractError(
+                f"pyro.plate({msg['name']!r}, {fn.size}, subsample_size={fn.subsample_size}): "
+                f"subsample_size must be at most the plate's size {fn.size} (it is the largest "
+                "minibatch; the kernel's batch_size may be smaller)"
+            )
+
+
+def check_observation_shape(name: str, site: Mapping[str, Any]) -> None:
+    """Refuse an observation that broadcasts its distribution to more log-likelihood terms than
+    the distribution has (e.g. ``y`` of shape ``(N, 1)`` against a mean of shape ``(N,)``: the
+    log-likelihood would be ``(N, N)``, every target paired with every row's mean)."""
+    fn, value = site["fn"], site["value"]
+    if not isinstance(value, torch.Tensor):
+        return
+    event_dim = len(fn.event_shape)
+    value_batch = value.shape[: value.dim() - event_dim] if event_dim else value.shape
+    try:
+        terms = torch.broadcast_shapes(value_batch, fn.batch_shape)
+    except RuntimeError:
+        return  # Pyro's own shape error follows, naming the shapes
+    if terms != fn.batch_shape:
+        raise ModelContractError(
+            f"observed site {name!r}: the observations have shape {tuple(value.shape)} but the "
+            f"distribution ({type(fn).__name__}) has batch shape {tuple(fn.batch_shape)} and "
+            f"event shape {tuple(fn.event_shape)}, so its log-likelihood would broadcast to "
+            f"{tuple(terms)} terms, each observation paired with every row. Give the "
+            "observations the distribution's shape (e.g. y.squeeze(-1), or a mean with "
+            "a trailing dimension)"
+        )
+
+
+def check_priors_ignore_slicing(
+    plate: SlicedPlate,
+    model: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    rows: torch.Tensor,
+    trace: Trace,
+    latent: Sequence[str],
+) -> None:
+    """Refuse an idiom (a) model whose prior of a latent site is computed from the data it
+    receives (e.g. ``Normal(y.mean(), 1)`` outside the plate): sliced to a minibatch, those data
+    change on every step, and with them the prior the chain samples."""
+    bound, bound_args, bound_kwargs = plate.bind(model, args, kwargs, rows)
+    values = {name: trace.nodes[name]["value"] for name in latent}
+    with torch.no_grad():
+        probe = poutine.trace(poutine.condition(bound, data=values)).get_trace(
+            *bound_args, **bound_kwargs
+        )
+        for name in latent:
+            whole = trace.nodes[name]["fn"].log_prob(values[name]).sum()
+            cut = probe.nodes[name]["fn"].log_prob(values[name]).sum()
+            if not torch.isclose(whole, cut, rtol=1e-5, atol=1e-6):
+                sliced = ", ".join(
+                    f"args[{key}]" if isinstance(key, int) else key for key in plate.data_args
+                )
+                raise ModelContractError(
+                    f"the prior of latent site {name!r} depends on the data arguments "
+                    f"({sliced}), which are sliced to each minibatch (a plate sized "
+                    f"from the data): its log-density at the same value is {float(whole):.6g} on "
+                    f"all {plate.num_data} rows and {float(cut):.6g} on {len(rows)} rows, so the "
+                    "chain would sample a prior that changes every step. Compute the prior's "
+                    "parameters outside the model and pass them in, or index the plate "
+                    "(`with pyro.plate('data', N) as idx: ... obs=y[idx]`), which leaves the "
+                    "arguments whole"
+                )
