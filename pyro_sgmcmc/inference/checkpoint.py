@@ -571,7 +571,7 @@ class ResumableMCMC(MCMC):
     def _check_draw_count(self, chain: int, saved: Mapping[str, Any], path) -> None:
         """Refuse a chain whose kernel state counts other draws than the chain has kept."""
         state = saved["kernel_state"]
-        if state is None or self.draw_dtype is not None and not saved["draws"]:
+        if state is None:
             return
         done = state.get("num_draws") if isinstance(state, Mapping) else None
         total = self._total_draws()
