@@ -15,6 +15,7 @@ from pyro_tutorial_models import BayesianRegression
 from pyro_sgmcmc import SGHMC, SGLD
 from pyro_sgmcmc.engine import prepare_chains
 from pyro_sgmcmc.engine.fit_check import MARGIN, check_fit
+from pyro_sgmcmc.engine.fit_recovery import FitRecovery
 from pyro_sgmcmc.engine.health import FROZEN, check_draws
 from pyro_sgmcmc.errors import SamplerWarning
 from pyro_sgmcmc.models.structure import inspect_model
@@ -163,3 +164,86 @@ def test_the_dense_sums_of_a_diverged_chain_go_back_to_the_window_start():
     dense.restore(kept, torch.tensor([[True], [False]]))
     assert torch.equal(dense.noise_sum[0], kept[1][0])
     assert float(dense.noise_sum[1].max()) > 1e11
+
+
+# ---------------------------------------------------------------------- sending a chain back
+def test_fit_recovery_sends_back_exactly_the_chains_whose_potential_rose_beyond_sampling():
+    """Three chains over the descent's last quarter and the first window's: one sampling (its
+    potential up by a few nats, as T D/2 says), one collapsed (up by a nat per row), one up by
+    just under the bound: only the second is sent back, to the end of the descent."""
+    recovery = FitRecovery([400, 480, 600, 800], num_chains=3, dimension=8, num_data=100,
+                           temperature=1.0)  # fmt: skip
+    assert recovery.segment_starts[:2] == [300, 460]  # the last quarters
+    bound = 1.0 * (4 + 10 * 2.0) + 0.5 * 100  # T (D/2 + 10 sqrt(D/2)) + N/2 = 74
+    assert recovery.allowed == pytest.approx(bound)
+    for t in range(1, 481):
+        level = torch.full((3,), 500.0 + (1.0 if t % 2 else -1.0), dtype=torch.float64)
+        if t > 400:
+            level += torch.tensor([4.0, 100.0, bound - 5.0], dtype=torch.float64)
+        recovery.observe(t, level)
+        if t == 400:
+            assert recovery.collapsed(t) is None  # nothing earlier to compare with
+            recovery.keep()
+    found = recovery.collapsed(480)
+    assert found is not None
+    mask, best = found
+    assert mask.tolist() == [False, True, False] and int(best[1]) == 0
+    recovery.keep()
+    ((chain, t, now, then, index),) = recovery.returns
+    assert (chain, t, index) == (1, 480, 0) and now - then == pytest.approx(100.0, abs=1e-9)
+    line = recovery.report(["the end of the descent", "60% of warm-up"], [7, 8, 9])[0]
+    assert line.startswith("chain 8 left the posterior during warm-up")
+    assert "put back where it was at the end of the descent and warmed up again" in line
+
+
+def test_fit_recovery_needs_enough_steps_and_skips_a_checkpoint_without_levels():
+    recovery = FitRecovery([4, 5, 6, 8], num_chains=1, dimension=2, num_data=10,
+                           temperature=1.0)  # fmt: skip
+    for t in range(1, 6):
+        recovery.observe(t, torch.tensor([1e6 if t == 5 else 0.0]))
+        if t in (4, 5):
+            assert recovery.collapsed(t) is None  # one or two steps per segment: not judged
+            recovery.keep()
+    recovery.load_state_dict(None)  # a checkpoint written before recovery existed
+    recovery.observe(6, torch.tensor([1e9]))
+    assert recovery.collapsed(6) is None and recovery.returns == []
+
+
+@pytest.mark.parametrize("kernel", [SGLD, SGHMC])
+def test_a_chain_stuck_off_its_fit_in_the_first_window_is_sent_back_to_the_descent_end(kernel):
+    """End to end: chain 1 is held where it fits nothing (every weight 0, sigma 5) over the
+    first window's last quarter; at the window's end it is put back where the descent left it
+    (its milestone); chain 0 is left alone, and warm-up says what happened."""
+    x, y = _regression_data()
+    pyro.clear_param_store()
+    sampler = kernel(BayesianRegression(3), batch_size=50, seed=3)
+    chains = prepare_chains(sampler.settings, sampler.rule, sampler.options, sampler.model,
+                            (x, y), {}, chains=[0, 1], warmup_draws=60)  # fmt: skip
+    engine, control = chains.engine, chains.engine.control
+    stuck = torch.tensor([False, True])
+    window_end = control.window_ends[1]
+    while engine.t < window_end:
+        if engine.t >= control.recovery.segment_starts[1]:
+            moved = engine.position.clone()
+            moved[1] = 0.0
+            engine.return_to(stuck, moved, engine.fixed)
+        engine.step()
+    _, descent_end, _ = control.milestones[0]
+    assert torch.equal(engine.position[1], descent_end[1])
+    assert not torch.equal(engine.position[0], descent_end[0])
+    assert [c for c, *_ in control.recovery.returns] == [1]
+    while engine.t < control.window_ends[-1]:
+        engine.step()
+    messages = chains.warmup_messages((x, y), {})
+    assert any(m.startswith("chain 1 left the posterior during warm-up") for m in messages)
+
+
+def test_a_healthy_warmup_sends_no_chain_back():
+    x, y = _regression_data()
+    pyro.clear_param_store()
+    sampler = SGHMC(BayesianRegression(3), batch_size=50, seed=3)
+    chains = prepare_chains(sampler.settings, sampler.rule, sampler.options, sampler.model,
+                            (x, y), {}, chains=[0, 1, 2, 3], warmup_draws=60)  # fmt: skip
+    for _ in range(60):
+        chains.engine.draw()
+    assert chains.engine.control.recovery.returns == []

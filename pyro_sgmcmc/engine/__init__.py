@@ -17,6 +17,7 @@ module                     job
 :mod:`.health`             after a run: chains or coordinates that did not move, chains too hot
 :mod:`.virial`             the configurational temperature of a chain (a stationarity check)
 :mod:`.fit_check`          after warm-up: a chain whose fit to the data collapsed
+:mod:`.fit_recovery`       during warm-up: send a chain whose fit collapsed back to a milestone
 :mod:`.blind_sites`        before sampling: latent sites the likelihood's gradient cannot see
 :mod:`.thinning`           the thinning the warm-up chooses from the autocorrelation it measures
 :mod:`.report`             what the warm-up chose, as ``diagnostics()`` reports it

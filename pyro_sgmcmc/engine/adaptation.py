@@ -99,6 +99,7 @@ from ..dynamics.psgld import rmsprop_preconditioner
 from .controls import StepControl
 from .dense import DenseAdaptation, choose_friction
 from .estimators import AutoControlVariate
+from .fit_recovery import FitRecovery
 from .view import EngineView
 
 __all__ = ["MINIMUM_WARMUP_STEPS", "AdaptiveControl"]
@@ -225,6 +226,8 @@ class AdaptiveControl(StepControl):
         self.probes = torch.zeros_like(column)
         self.frozen = False
         self.window_diverged = torch.zeros(like.shape[0], dtype=torch.bool)
+        # chains sent back to a milestone in this window (fit_recovery): its measurements go
+        self.window_returned = torch.zeros(like.shape[0], dtype=torch.bool)
         # the measurements as they stood when the current window began (see _end_window):
         # noise, curvature, probes, and the dense sums (None without a dense preconditioner)
         self.window_start_sums: tuple[Any, ...] | None = None
@@ -234,6 +237,10 @@ class AdaptiveControl(StepControl):
         # (label, flat position, fixed sites) at the end of the descent and of the first
         # windows: the fit check at the end of warm-up compares the chains' fit with them
         self.milestones: list[tuple[str, torch.Tensor, dict[str, torch.Tensor]]] = []
+        # averages of each chain's potential before each milestone: chains to send back
+        self.recovery = FitRecovery(
+            self.window_ends, like.shape[0], like.shape[1], num_data, temperature
+        )
         # (C, D) how fast each coordinate mixed over the last window (see mixing_slowdown)
         self.last_window_rate: torch.Tensor | None = None
         # control_variate="auto": positions of the first window (the centres), then the noise
@@ -312,6 +319,7 @@ class AdaptiveControl(StepControl):
 
     def observe(self, engine: EngineView) -> None:
         t = engine.t  # steps made so far
+        self.recovery.observe(t, engine.value)
         if t <= self.descent_end:
             self.square.lerp_(engine.grad.square(), 0.01)
             self.count += 1
@@ -325,6 +333,7 @@ class AdaptiveControl(StepControl):
             self._probe(engine)
         if t in self.window_ends:
             if t < self.window_ends[-1]:
+                self._recover_fits(engine)
                 self._keep_milestone(engine)
             if t == self.window_ends[2]:
                 self._choose_control_variate(engine)
@@ -332,6 +341,25 @@ class AdaptiveControl(StepControl):
             if t == self.window_ends[1] and _auto_control_variate(engine):
                 centre = self.position_sum / max(self.position_count, 1)
                 engine.estimator.set_centre(centre, engine.fixed)
+
+    def _recover_fits(self, engine: EngineView) -> None:
+        """Put the chains whose fit collapsed since their best milestone back there
+        (:mod:`.fit_recovery`); the window's measurements are dropped for them, as after a
+        divergence (the collapse's probes would freeze the chain), but the step is not halved
+        for it: the cascade's own divergences did that where they happened."""
+        found = self.recovery.collapsed(engine.t)
+        if found is not None:
+            mask, best = found
+            flat = engine.position.clone()
+            fixed = {name: value.clone() for name, value in engine.fixed.items()}
+            for c in mask.nonzero().flatten().tolist():
+                _, position, kept = self.milestones[int(best[c])]
+                flat[c] = position[c]
+                for name in fixed:
+                    fixed[name][c] = kept[name][c]
+            engine.return_to(mask, flat, fixed)
+            self.window_returned |= mask
+        self.recovery.keep()
 
     def _keep_milestone(self, engine: EngineView) -> None:
         """Keep the chains' state at the end of the descent or of an adaptation window
@@ -456,7 +484,8 @@ class AdaptiveControl(StepControl):
         began: probes taken along an unstable trajectory (a cascade of runaway moves and
         blow-ups) measure gradient noise and curvature many orders of magnitude above the
         posterior's, and a preconditioner built from them freezes the chain."""
-        diverged = self.window_diverged.reshape(-1, 1).to(self.noise_sum.device)
+        dropped = self.window_diverged | self.window_returned
+        diverged = dropped.reshape(-1, 1).to(self.noise_sum.device)
         if self.window_start_sums is not None and bool(diverged.any()):
             noise, curvature, probes, dense = self.window_start_sums
             self.noise_sum = torch.where(diverged, noise, self.noise_sum)
@@ -506,6 +535,7 @@ class AdaptiveControl(StepControl):
             None if self.dense is None else self.dense.kept(),
         )  # fmt: skip
         self.window_diverged.zero_()
+        self.window_returned.zero_()
         self.window_start = engine.t
         if engine.t == self.last_window:
             self.last_window_rate = self._mixing_rate(engine)
@@ -673,10 +703,11 @@ class AdaptiveControl(StepControl):
         """Chains still on their way at the end of warm-up (the draws that follow are not from
         the posterior yet): the mean gradient of the last window is many posterior standard
         deviations from zero (:class:`OffsetMeter`)."""
+        labels = [label for label, _, _ in self.milestones]
+        reports = self.recovery.report(labels, chain_ids)
         if self.curvature is None:
-            return []
+            return reports
         offsets = self.offset.site_offsets(self.curvature, self.temperature)
-        reports = []
         for c in range(self.curvature.shape[0]):
             site, offset = max(offsets.items(), key=lambda item: float(item[1][c]))
             if float(offset[c]) > OFFSET_LIMIT:
@@ -733,7 +764,7 @@ class AdaptiveControl(StepControl):
               "curvature", "curvature_sum", "noise_sum", "probes", "frozen",
               "window_diverged", "window_start_sums", "direction", "last_window_rate",
               "position_sum", "position_count", "pair_sum", "pair_count", "friction",
-              "milestones")  # fmt: skip
+              "window_returned", "milestones")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         state = {
@@ -742,6 +773,7 @@ class AdaptiveControl(StepControl):
             for value in [getattr(self, name)]
         }
         state["milestones"] = list(self.milestones)
+        state["recovery"] = self.recovery.state_dict()
         state["offset"] = self.offset.state_dict()
         state["metric"] = None if self.metric is None else tuple(self.metric)
         state["dense"] = None if self.dense is None else self.dense.state_dict()
@@ -752,6 +784,9 @@ class AdaptiveControl(StepControl):
             value = state.get(name)  # last_window_rate: absent from older checkpoints
             setattr(self, name, value.clone() if isinstance(value, torch.Tensor) else value)
         self.milestones = list(state.get("milestones") or [])  # absent from older checkpoints
+        self.recovery.load_state_dict(state.get("recovery"))  # likewise
+        if self.window_returned is None:  # likewise
+            self.window_returned = torch.zeros_like(self.window_diverged)
         self.offset.load_state_dict(state["offset"])
         self.metric = None if state["metric"] is None else DenseMetric(*state["metric"])
         if self.dense is not None:

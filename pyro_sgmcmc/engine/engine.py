@@ -414,6 +414,21 @@ class ChainEngine:
         if self.monitor.blow_up is not None:
             self.monitor.blow_up.rebase()  # the potential's level restarts at the next step
 
+    def return_to(
+        self, chains: torch.Tensor, flat: torch.Tensor, fixed: dict[str, torch.Tensor]
+    ) -> None:
+        """Put the chains of the ``(C,)`` mask at their rows of ``flat`` (``(C, D)``) and
+        ``fixed``, momenta at rest, and evaluate the potential and gradient there (the others
+        keep their state: their potential is evaluated again on the same rows, unchanged)."""
+        chains = chains.to(device=self.position.device, dtype=torch.bool)
+        fresh = self.algorithm.init({FLAT: flat}, self.options)
+        self.state = select_chains(chains, fresh, self.state)
+        self.fixed = select_chains(chains, dict(fixed), self.fixed)
+        self.estimator.refresh(self.fixed)
+        self.refresh_gradient()
+        if self.monitor.blow_up is not None:
+            self.monitor.blow_up.rebase()
+
     def refresh_gradient(self) -> None:
         """Evaluate the potential and gradient at the current position on the current rows
         again (after the gradient estimator changed)."""

@@ -110,6 +110,12 @@ class EngineView(Protocol):
     def keep_anchor(self) -> None:
         """Remember every chain's current state, to go back to with :meth:`restore_anchor`."""
 
+    def return_to(
+        self, chains: torch.Tensor, flat: torch.Tensor, fixed: dict[str, torch.Tensor]
+    ) -> None:
+        """Put the chains of the ``(C,)`` mask at their rows of ``flat`` and ``fixed``, momenta
+        at rest, with the potential and gradient evaluated there."""
+
     def restore_anchor(self, chains: torch.Tensor) -> None:
         """Put the chains of the ``(C,)`` mask back at the remembered state, momenta at rest."""
 
