@@ -12,6 +12,7 @@ import torch
 from pyro.infer import MCMC
 
 from pyro_sgmcmc import (
+    PSGLD,
     SGHMC,
     SGLD,
     BayesianMLP,
@@ -19,6 +20,8 @@ from pyro_sgmcmc import (
     run_chains,
     to_inference_data,
 )
+from pyro_sgmcmc.nn import GammaPrecision, NormalLikelihood
+from pyro_sgmcmc.nn.lenet import LeNet5
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyro_sgmcmc.errors.SamplerWarning")
 
@@ -126,3 +129,32 @@ def test_resumable_mcmc_interrupted_in_warmup_resumes_bit_for_bit_on_the_device(
     for name, value in whole.get_samples().items():
         assert value.device.type == device
         assert torch.equal(again.get_samples()[name], value), name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernel", [SGLD, SGHMC, PSGLD], ids=["sgld", "sghmc", "psgld"])
+def test_a_network_with_gibbs_precisions_samples_on_the_device(device, kernel):
+    """Gamma hyper-priors on the weights and the noise (exact Gibbs steps), adaptive warm-up,
+    every kernel: all of it stays on the data's device."""
+    model = BayesianMLP(
+        3, [8], 1, prior=GammaPrecision(2.0, 1.0),
+        likelihood=NormalLikelihood(precision=GammaPrecision(2.0, 0.5)),
+    ).to(device)  # fmt: skip
+    x, y = regression_data(device, 200)
+    result = run_chains(kernel(model, batch_size=25, num_steps_per_sample=2, seed=0), x, y,
+                        num_chains=2, num_samples=5, warmup_steps=30)  # fmt: skip
+    for name, value in result.samples.items():
+        assert value.device.type == device and bool(torch.isfinite(value).all()), name
+    assert "noise_precision" in result.samples
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lenet5_takes_steps_on_the_device(device):
+    model = LeNet5().to(device)
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(64, 1, 28, 28, generator=generator).to(device)
+    labels = torch.randint(0, 10, (64,), generator=generator).to(device)
+    kernel = SGHMC(model, step_size=1e-4, batch_size=16, num_steps_per_sample=2, seed=0)
+    result = run_chains(kernel, images, labels, num_chains=1, num_samples=3)
+    assert result.samples["fc3.weight"].device.type == device
+    assert bool(torch.isfinite(result.samples["conv1.weight"]).all())

@@ -334,7 +334,9 @@ def on_device(device: str):
 @pytest.mark.parametrize("device", DEVICES)
 def test_kernels_and_run_chains_on_the_data_device(device):
     """Model, data, generators and chains on ``device``; MCMC's chain equals run_chains' chain
-    0 there too; a divergence (put back on the device) does not break the run."""
+    0 there too (bit for bit on the CPU; on a GPU to rounding, as cuBLAS may pick another
+    kernel for one chain than for two); a divergence (put back on the device) does not break
+    the run."""
     from pyro.infer import MCMC
 
     model, x, y = on_device(device)
@@ -344,7 +346,10 @@ def test_kernels_and_run_chains_on_the_data_device(device):
                 disable_progbar=True)  # fmt: skip
     mcmc.run(x, y)
     for name, draws in mcmc.get_samples(group_by_chain=True).items():
-        assert torch.equal(draws[0], result.samples[name][0]), name
+        if device == "cpu":
+            assert torch.equal(draws[0], result.samples[name][0]), name
+        else:  # float64 data: rounding of a few steps, far below the draws' spread
+            torch.testing.assert_close(draws[0], result.samples[name][0], rtol=1e-9, atol=1e-12)
 
     def spike(t):
         return 1e300 if t == 5 else 1e-3

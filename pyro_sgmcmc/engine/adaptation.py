@@ -519,10 +519,10 @@ class AdaptiveControl(StepControl):
             else:
                 self.fisher = allowed / self.curvature_bound
         self._bound_stiffest_direction(engine)
-        shrink = self.window_diverged
+        shrink = self.window_diverged.to(self.step.device)  # the masks are kept on the CPU
         if engine.t == self.window_ends[-1]:
             hot = engine.virial.too_hot(self.temperature)
-            shrink = shrink if hot is None else shrink | hot
+            shrink = shrink if hot is None else shrink | hot.to(shrink.device)
         self.step = torch.where(shrink.reshape(-1, 1), 0.5 * self.step, self.step)
         # older measurements count half as much as those of the window just ended
         self.curvature_sum *= 0.5

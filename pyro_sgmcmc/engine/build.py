@@ -587,7 +587,7 @@ def _given_start(
             f"{sorted(stacked)}"
         )
     expected = stacked[name].shape
-    value = torch.as_tensor(value, dtype=stacked[name].dtype)
+    value = torch.as_tensor(value, dtype=stacked[name].dtype, device=stacked[name].device)
     if value.shape == expected[1:]:
         value = value.expand(expected)
     if value.shape != expected:
@@ -643,7 +643,7 @@ def _given_centre(
     transforms: Mapping[str, Transform],
     like: Mapping[str, torch.Tensor],
 ) -> torch.Tensor:
-    dtype = next(iter(like.values())).dtype
+    dtype, device = next(iter(like.values())).dtype, next(iter(like.values())).device
     missing = set(layout.names) - set(values)
     extra = set(values) - set(layout.names)
     if missing or extra:
@@ -653,7 +653,7 @@ def _given_centre(
         )
     parts = []
     for name, shape in layout.shapes.items():
-        value = torch.as_tensor(values[name], dtype=dtype)
+        value = torch.as_tensor(values[name], dtype=dtype, device=device)
         if value.shape != shape:
             raise ValueError(
                 f"control_variate[{name!r}] must have the site's shape {tuple(shape)}, got "

@@ -84,7 +84,9 @@ class FitRecovery:
             return
         measured = zip(self.segment_starts[:-1], self.window_ends[:-1], strict=True)
         if any(start < t <= end for start, end in measured):
-            value = value.detach().double().cpu()
+            value = value.detach().double()  # summed on its device: no copy per step
+            if self.sum.device != value.device:
+                self.sum, self.square = self.sum.to(value.device), self.square.to(value.device)
             self.sum += value
             self.square += value.square()
             self.count += 1
@@ -130,7 +132,7 @@ class FitRecovery:
         self.sum, self.square, self.count = torch.zeros_like(mean), torch.zeros_like(mean), 0
         if count < MIN_COUNT or self.levels is None:
             return None, None
-        return mean, (variance / count).sqrt()
+        return mean.cpu(), (variance / count).sqrt().cpu()
 
     def report(self, labels: Sequence[str], chain_ids: Sequence[int]) -> list[str]:
         """One line per chain sent back: from where, to where, the two averages."""

@@ -153,7 +153,7 @@ def load_checkpoint(
             "(a changed or truncated file); resume from another checkpoint"
         )
     try:
-        payload = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+        payload = torch.load(io.BytesIO(body), map_location=_where_saved, weights_only=True)
     except Exception as error:
         raise CheckpointError(
             f"{str(path)!r} is not a readable pyro_sgmcmc checkpoint "
@@ -387,6 +387,15 @@ def restore_state(target: Any, state: Any, what: str, path: str | os.PathLike) -
             f"the checkpoint {str(path)!r}: its {what} state cannot be loaded "
             f"({type(error).__name__}: {error}): it was edited or written by another version"
         ) from error
+
+
+def _where_saved(storage: Any, location: str) -> Any:
+    """``torch.load``'s placement: a tensor saved on a GPU goes back there when there is one
+    (a chain's position, momenta and statistics live on the data's device), else stays on the
+    CPU, where every other tensor (generator states, bookkeeping) belongs."""
+    if location.startswith("cuda") and torch.cuda.is_available():
+        return None  # torch's default: the device it was saved from
+    return storage
 
 
 #: Signature entries newer than some checkpoints: compared only when the checkpoint has them.

@@ -53,7 +53,9 @@ def gamma_posterior(
     alpha: float, beta: float, num_values: float, sum_of_squares: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Concentration and rate of :math:`\lambda \mid v`: :math:`(\alpha + n/2, \beta + S/2)`."""
-    concentration = torch.as_tensor(alpha + 0.5 * num_values, dtype=sum_of_squares.dtype)
+    concentration = torch.as_tensor(
+        alpha + 0.5 * num_values, dtype=sum_of_squares.dtype, device=sum_of_squares.device
+    )
     rate = beta + 0.5 * sum_of_squares
     return concentration, rate
 

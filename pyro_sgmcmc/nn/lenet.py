@@ -14,13 +14,16 @@ import torch
 from pyro.nn import PyroModule, PyroSample
 from torch import nn
 
+from .priors import placed
+
 __all__ = ["LeNet5"]
 
 _ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
 
-def _normal_prior(scale: float, *shape: int) -> PyroSample:
-    return PyroSample(dist.Normal(0.0, scale).expand(list(shape)).to_event(len(shape)))
+def _normal_prior(module: PyroModule, scale: float, *shape: int) -> PyroSample:
+    """``Normal(0, scale)`` weights of ``shape``, on the module's device (:func:`placed`)."""
+    return placed(module, dist.Normal, 0.0, scale, shape=shape)
 
 
 class LeNet5(PyroModule):
@@ -108,20 +111,20 @@ class LeNet5(PyroModule):
         self.pool = nn.MaxPool2d(2)
         s = float(prior_scale)
         self.conv1 = PyroModule[nn.Conv2d](in_channels, 6, kernel_size=5, padding=2)
-        self.conv1.weight = _normal_prior(s, 6, in_channels, 5, 5)
-        self.conv1.bias = _normal_prior(s, 6)
+        self.conv1.weight = _normal_prior(self.conv1, s, 6, in_channels, 5, 5)
+        self.conv1.bias = _normal_prior(self.conv1, s, 6)
         self.conv2 = PyroModule[nn.Conv2d](6, 16, kernel_size=5)
-        self.conv2.weight = _normal_prior(s, 16, 6, 5, 5)
-        self.conv2.bias = _normal_prior(s, 16)
+        self.conv2.weight = _normal_prior(self.conv2, s, 16, 6, 5, 5)
+        self.conv2.bias = _normal_prior(self.conv2, s, 16)
         self.fc1 = PyroModule[nn.Linear](16 * 5 * 5, 120)
-        self.fc1.weight = _normal_prior(s, 120, 16 * 5 * 5)
-        self.fc1.bias = _normal_prior(s, 120)
+        self.fc1.weight = _normal_prior(self.fc1, s, 120, 16 * 5 * 5)
+        self.fc1.bias = _normal_prior(self.fc1, s, 120)
         self.fc2 = PyroModule[nn.Linear](120, 84)
-        self.fc2.weight = _normal_prior(s, 84, 120)
-        self.fc2.bias = _normal_prior(s, 84)
+        self.fc2.weight = _normal_prior(self.fc2, s, 84, 120)
+        self.fc2.bias = _normal_prior(self.fc2, s, 84)
         self.fc3 = PyroModule[nn.Linear](84, num_classes)
-        self.fc3.weight = _normal_prior(s, num_classes, 84)
-        self.fc3.bias = _normal_prior(s, num_classes)
+        self.fc3.weight = _normal_prior(self.fc3, s, num_classes, 84)
+        self.fc3.bias = _normal_prior(self.fc3, s, num_classes)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         x = x.reshape(x.shape[0], self.in_channels, 28, 28)

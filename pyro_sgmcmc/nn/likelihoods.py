@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from pyro.nn import PyroModule, PyroSample
 
 from .._validation import check_positive
-from .priors import GammaPrecision, event_numel, sum_event
+from .priors import GammaPrecision, event_numel, placed, sum_event
 
 __all__ = [
     "CategoricalLikelihood",
@@ -170,8 +170,8 @@ class NormalLikelihood(Likelihood):
 
     def attach(self, module: PyroModule) -> tuple[str, ...]:
         if self.precision is not None:
-            module.noise_precision = PyroSample(
-                dist.Gamma(self.precision.alpha, self.precision.beta)
+            module.noise_precision = placed(
+                module, dist.Gamma, self.precision.alpha, self.precision.beta
             )
             return ("noise_precision",)
         if self.scale_prior is not None:
@@ -224,7 +224,8 @@ class NormalLikelihood(Likelihood):
         var = self.noise_variance(params)
         if isinstance(var, torch.Tensor):
             var = var.reshape(var.shape + (1,) * (output.dim() - var.dim()))
-        return output, torch.as_tensor(var, dtype=output.dtype).expand_as(output)
+        var = torch.as_tensor(var, dtype=output.dtype, device=output.device)
+        return output, var.expand_as(output)
 
     def __repr__(self) -> str:
         if self.precision is not None:

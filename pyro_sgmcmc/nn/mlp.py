@@ -72,7 +72,7 @@ def _take_rows(data: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     whole rows, about twice as fast as advanced indexing for a minibatch of wide rows)."""
     if rows.dtype == torch.bool or rows.dtype.is_floating_point:
         return data[rows]
-    flat = data.index_select(0, rows.reshape(-1))
+    flat = data.index_select(0, rows.reshape(-1).to(data.device))
     return flat.reshape(*rows.shape, *data.shape[1:])
 
 
@@ -313,7 +313,7 @@ class BayesianMLP(PyroModule):
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         """Run the model on the rows the data plate yields; return the network output there."""
         self.check_data(x, y)
-        data_plate = pyro.plate("data", x.shape[0])
+        data_plate = pyro.plate("data", x.shape[0], device=x.device)  # indices beside the data
         idx = data_plate.indices
         h = _take_rows(x, idx)
         last = len(self.layers) - 1

@@ -27,7 +27,7 @@ networks", ICML 2015.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 import pyro.distributions as dist
@@ -207,6 +207,38 @@ def _event(base: dist.Distribution, shape: Sequence[int]) -> dist.Distribution:
     return base.expand(torch.Size(shape)).to_event(len(shape))
 
 
+#: The buffer whose device and dtype a module's priors are built on (see :func:`placed`).
+ANCHOR = "prior_anchor"
+
+
+class _Placed:
+    """A ``PyroSample`` prior built, each time it is drawn, on the device and dtype of the
+    module's :data:`ANCHOR` buffer (picklable)."""
+
+    def __init__(self, build: Callable[..., dist.Distribution], args: tuple, shape) -> None:
+        self.build, self.args = build, args
+        self.shape = None if shape is None else tuple(shape)
+
+    def __call__(self, module: PyroModule) -> dist.Distribution:
+        anchor = getattr(module, ANCHOR)
+        base = self.build(*(anchor.new_tensor(value) for value in self.args))
+        return base if self.shape is None else _event(base, self.shape)
+
+
+def placed(
+    module: PyroModule,
+    build: Callable[..., dist.Distribution],
+    *args: float,
+    shape: Sequence[int] | None = None,
+) -> PyroSample:
+    """``PyroSample(build(*args))``, with ``args`` as tensors on the module's device and dtype:
+    ``module.to("cuda")`` (or ``.double()``) moves its priors with it, as it moves parameters.
+    The module gets a non-persistent zero buffer :data:`ANCHOR` for that (once)."""
+    if ANCHOR not in module._buffers:
+        module.register_buffer(ANCHOR, torch.zeros(()), persistent=False)
+    return PyroSample(_Placed(build, args, shape))
+
+
 class NormalPrior(Prior):
     r"""I.i.d. :math:`w \sim \mathcal N(0, \sigma^2)`.
 
@@ -222,7 +254,7 @@ class NormalPrior(Prior):
         self._log_norm = math.log(self.scale) + _HALF_LOG_2PI
 
     def attach(self, module: PyroModule, name: str, shape: Sequence[int]) -> tuple[str, ...]:
-        setattr(module, name, PyroSample(_event(dist.Normal(0.0, self.scale), shape)))
+        setattr(module, name, placed(module, dist.Normal, 0.0, self.scale, shape=shape))
         return ()
 
     def log_prob(
@@ -270,7 +302,8 @@ class ScaleMixturePrior(Prior):
         return ScaleMixtureNormal(self.mixture_weight, self.scale1, self.scale2)
 
     def attach(self, module: PyroModule, name: str, shape: Sequence[int]) -> tuple[str, ...]:
-        setattr(module, name, PyroSample(_event(self.distribution(), shape)))
+        weights = (self.mixture_weight, self.scale1, self.scale2)
+        setattr(module, name, placed(module, ScaleMixtureNormal, *weights, shape=shape))
         return ()
 
     def log_prob(
@@ -329,7 +362,7 @@ class GammaPrecision(Prior):
 
     def attach(self, module: PyroModule, name: str, shape: Sequence[int]) -> tuple[str, ...]:
         precision_attr = name + self.suffix
-        setattr(module, precision_attr, PyroSample(dist.Gamma(self.alpha, self.beta)))
+        setattr(module, precision_attr, placed(module, dist.Gamma, self.alpha, self.beta))
         setattr(module, name, PyroSample(_PrecisionScaledNormal(precision_attr, shape)))
         return (precision_attr,)
 
