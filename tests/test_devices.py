@@ -9,6 +9,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from device_params import DEVICES
 from pyro.infer import MCMC
 
 from pyro_sgmcmc import (
@@ -24,17 +25,6 @@ from pyro_sgmcmc.nn import GammaPrecision, NormalLikelihood
 from pyro_sgmcmc.nn.lenet import LeNet5
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyro_sgmcmc.errors.SamplerWarning")
-
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.cuda,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-        ],
-    ),
-]
 
 
 def regression_data(device: str, num_data: int = 300):

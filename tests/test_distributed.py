@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+from device_params import DEVICES
 
 from pyro_sgmcmc import SGHMC, CheckpointError, init_distributed, run_chains
 from pyro_sgmcmc.engine.distributed import (
@@ -314,16 +315,6 @@ def test_cli_sample_under_torchrun(tmp_path):
 
 
 # --------------------------------------------------------------------------- devices
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=[
-            pytest.mark.cuda,
-            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-        ],
-    ),
-]
 
 
 def on_device(device: str):
