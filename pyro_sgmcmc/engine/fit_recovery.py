@@ -33,10 +33,9 @@ from typing import Any
 
 import torch
 
-#: Standard errors of the two averages the rise must clear.
-Z = 5.0
-#: Nats per row of rise allowed beyond what sampling explains.
-MARGIN = 0.5
+# the fit check's margin (nats per row beyond sampling) and standard errors to clear
+from .fit_check import MARGIN, Z
+
 #: Fewest potentials in a segment for its average to be compared.
 MIN_COUNT = 10
 
