@@ -9,6 +9,7 @@ once for all chains; chain ``c`` gets the same seed, start, minibatches and nois
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -66,7 +67,7 @@ __all__ = ["PreparedChains", "prepare_chains", "resolve_gibbs_updates"]
 TensorDict = dict[str, torch.Tensor]
 
 
-#: Rows on which :meth:`PreparedChains.log_density_at_reference` evaluates the model.
+#: Rows on which :attr:`PreparedChains.log_density_at_reference` evaluates the model.
 SIGNATURE_ROWS = 8
 
 
@@ -123,15 +124,17 @@ class PreparedChains:
             },
             "observed_sites": list(self.structure.observed_sites),
             "num_data": self.structure.num_data,
-            "model_log_density": self.log_density_at_reference(),
+            "model_log_density": self.log_density_at_reference,
         }
 
+    @functools.cached_property
     def log_density_at_reference(self) -> float | None:
         r""":math:`\log p(\theta_r, y_R)`: the model's log joint density at a fixed point
         :math:`\theta_r` (every unconstrained coordinate 0.1, whatever the chain) on
         :data:`SIGNATURE_ROWS` rows :math:`R` spread over the data, the model's own torch random
-        numbers fixed; ``None`` where it is not finite. With the sites' shapes in
-        :meth:`signature`, it tells apart two models of the same sites, e.g. another likelihood."""
+        numbers fixed; ``None`` where it is not finite. Computed once per engine. With the sites'
+        shapes in :meth:`signature`, it tells apart two models of the same sites, e.g. another
+        likelihood."""
         plate = self.structure.plate
         device = next(iter(self.initial.values())).device
         count = min(plate.num_data, plate.max_rows, SIGNATURE_ROWS)
