@@ -5,4 +5,6 @@ import sys
 
 from .cli.commands import main
 
-sys.exit(main())
+# guarded: `compare --jobs` starts its workers with `spawn`, which imports this module again
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,7 +14,7 @@ from pyro_sgmcmc.cli.commands import main
 from pyro_sgmcmc.cli.compare import MANIFEST_NAME, METHODS, CompareConfig, OutputDirectory
 
 # Few draws and a tiny net: each run takes seconds, and checks plumbing, not statistics.
-TINY = [
+FEW = [
     "--chains", "2",
     "--hidden", "3",
     "--num-samples", "6",
@@ -28,6 +28,8 @@ TINY = [
     "--svi-steps", "20",
     "--no-progress",
 ]  # fmt: skip
+# compare: in turn, as worker processes cost seconds to start (tested on their own)
+TINY = [*FEW, "--jobs", "1"]
 
 REGRESSION_METRICS = {"rmse", "log_likelihood"}
 CLASSIFICATION_METRICS = {"accuracy", "nll", "ece"}
@@ -112,6 +114,71 @@ def test_compare_exits_1_when_every_method_fails(tmp_path, capsys):
     assert main([*args, "--sgld-lr", "1e38", "--steps-per-sample", "120", "--no-figures"]) == 1
     assert "every method failed" in capsys.readouterr().err
     assert _summary(out)["methods"]["sgld"]["status"] == "failed"
+
+
+def test_methods_run_at_once_match_a_run_in_turn_draw_for_draw(tmp_path, capsys):
+    """``--jobs 2`` runs the methods in two worker processes: the rows keep the order of
+    ``--methods``, a method that fails in its worker is reported like any failure, and every
+    other method's draws equal those of the same run in turn bit for bit (same seeds)."""
+    methods = "sgld,svi,sghmc"
+    args = ["--dataset", "linear", "--methods", methods, *TINY, "--sgld-lr", "1e38"]
+    args += ["--steps-per-sample", "120", "--no-figures"]
+    outputs = {}
+    for jobs in ("1", "2"):
+        outputs[jobs] = tmp_path / f"jobs{jobs}"
+        assert main(["compare", *args, "--out", str(outputs[jobs]), "--jobs", jobs]) == 0
+    assert "in a worker process, 2 at a time" in capsys.readouterr().err
+    settings = (outputs["2"] / "summary.md").read_text()
+    assert "2 methods at a time, each in its own process with 1 torch thread(s)" in settings
+    in_turn, at_once = _summary(outputs["1"]), _summary(outputs["2"])
+    assert list(at_once["methods"]) == methods.split(",")
+    assert at_once["methods"]["sgld"]["status"] == "failed"
+    assert "diverged" in at_once["methods"]["sgld"]["message"]
+    for method in ("svi", "sghmc"):
+        assert at_once["methods"][method]["status"] == in_turn["methods"][method]["status"]
+        first = _arviz.load_netcdf(outputs["1"] / f"{method}.nc").posterior
+        second = _arviz.load_netcdf(outputs["2"] / f"{method}.nc").posterior
+        for name in first.data_vars:
+            np.testing.assert_array_equal(first[name].values, second[name].values)
+
+
+def test_jobs_are_checked_and_default_to_one_per_core(monkeypatch):
+    from pyro_sgmcmc.cli import compare_jobs
+
+    with pytest.raises(ValueError, match="jobs must be an integer >= 1"):
+        CompareConfig(jobs=0, out=None)
+    with pytest.raises(ValueError, match=r"jobs must be 1 with distributed='chains'"):
+        CompareConfig(jobs=2, distributed="chains", methods=("sgld",), out=None)
+    monkeypatch.setattr(compare_jobs, "usable_cores", lambda: 2)
+    assert compare_jobs.default_jobs(CompareConfig(out=None)) == 2
+    assert compare_jobs.default_jobs(CompareConfig(methods=("svi",), out=None)) == 1
+    assert compare_jobs.default_jobs(CompareConfig(threads=2, out=None)) == 1
+    monkeypatch.setattr(compare_jobs, "usable_cores", lambda: 64)
+    assert compare_jobs.default_jobs(CompareConfig(out=None)) == len(METHODS)
+    chains = CompareConfig(distributed="chains", methods=("sgld", "sghmc"), out=None)
+    assert compare_jobs.default_jobs(chains) == 1
+
+
+def test_a_worker_that_dies_fails_its_method_only(capsys):
+    """A worker process that ends abruptly (killed, out of memory) is its method's failure."""
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from pyro_sgmcmc.cli import compare_jobs
+
+    future: Future = Future()
+    future.set_exception(BrokenProcessPool("A process in the process pool was terminated"))
+    outcome = compare_jobs._collect(future, None, "nuts", print)
+    assert outcome.result.status == "failed" and outcome.idata is None
+    assert "BrokenProcessPool in its worker process" in outcome.result.message
+    assert "[nuts] failed: BrokenProcessPool" in capsys.readouterr().out
+
+
+def test_a_time_budget_skips_the_methods_not_started_with_jobs(tmp_path, capsys):
+    args = ["compare", "--dataset", "linear", "--methods", "sgld,svi", *TINY, "--jobs", "2"]
+    assert main([*args, "--time-budget", "1e-9", "--no-output"]) == 1
+    phases = capsys.readouterr().err
+    assert phases.count("skipped: time budget spent") == 2 and "worker process" not in phases
 
 
 # --------------------------------------------------------------------------- bad inputs
@@ -378,7 +445,7 @@ def test_sample_writes_one_inference_data(tmp_path, capsys):
     table = tmp_path / "measurements.csv"
     _regression_csv(table)
     output = tmp_path / "fit.nc"
-    args = ["sample", "sghmc", "--data", str(table), "--target", "y", "-o", str(output), *TINY]
+    args = ["sample", "sghmc", "--data", str(table), "--target", "y", "-o", str(output), *FEW]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "measurements (regression)" in printed and "sghmc" in printed and "test RMSE" in printed
@@ -395,19 +462,19 @@ def test_sample_writes_one_inference_data(tmp_path, capsys):
 
 def test_sample_on_a_built_in_set_and_its_bad_arguments(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(["sample", "svi", "--dataset", "wine", *TINY]) == 0
+    assert main(["sample", "svi", "--dataset", "wine", *FEW]) == 0
     assert _arviz.load_netcdf(tmp_path / "svi.nc").posterior.attrs["method"] == "svi"
     assert "accuracy" in capsys.readouterr().out
-    assert main(["sample", "sgld", "-o", "result.txt", *TINY]) == 2
+    assert main(["sample", "sgld", "-o", "result.txt", *FEW]) == 2
     assert "must be a netCDF file ending in .nc" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["sample", "hmc", *TINY])
+        main(["sample", "hmc", *FEW])
     assert "argument METHOD: invalid choice: 'hmc'" in capsys.readouterr().err
 
 
 def test_sample_exits_1_when_the_method_fails(tmp_path, capsys):
     output = tmp_path / "fail.nc"
-    args = ["sample", "sgld", "--dataset", "linear", "-o", str(output), *TINY]
+    args = ["sample", "sgld", "--dataset", "linear", "-o", str(output), *FEW]
     assert main([*args, "--sgld-lr", "1e38", "--steps-per-sample", "120"]) == 1
     assert "diverged" in capsys.readouterr().out
     assert not output.exists()
@@ -417,14 +484,14 @@ def test_sample_says_when_the_kept_draws_diverged(tmp_path, capsys):
     """A step size that diverges on every step leaves the chains at their start: the run still
     writes its file, and the results say why its numbers are poor and what to change."""
     output = tmp_path / "stuck.nc"
-    args = ["sample", "sghmc", "-o", str(output), *TINY, "--sghmc-lr", "0.1"]
+    args = ["sample", "sghmc", "-o", str(output), *FEW, "--sghmc-lr", "0.1"]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "every kept draw had a divergent step" in printed
     assert "give a smaller --sghmc-lr, or leave it unset" in printed
     assert _arviz.load_netcdf(output).sample_stats["diverging"].values.all()
     # a step that works gets no such note
-    assert main([*args[:3], str(tmp_path / "fine.nc"), *TINY, "--sghmc-lr", "0.001"]) == 0
+    assert main([*args[:3], str(tmp_path / "fine.nc"), *FEW, "--sghmc-lr", "0.001"]) == 0
     assert "divergent step" not in capsys.readouterr().out
 
 

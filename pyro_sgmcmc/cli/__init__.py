@@ -11,6 +11,7 @@ module                     job
 :mod:`.compare_config`     :class:`CompareConfig`: the settings, their checks, their data
 :mod:`.compare_fit`        the model and each method's inference (NUTS, SG-MCMC, SVI)
 :mod:`.compare_method`     one method from data to table row
+:mod:`.compare_jobs`       the methods in turn, or several at once in worker processes
 :mod:`.compare_output`     the output directory and its manifest
 :mod:`.compare_results`    the results as a table, ``summary.json``, ``summary.md``
 =========================  ===================================================================

@@ -4,4 +4,6 @@ import sys
 
 from .commands import main
 
-sys.exit(main())
+# guarded: `compare --jobs` starts its workers with `spawn`, which imports this module again
+if __name__ == "__main__":
+    sys.exit(main())

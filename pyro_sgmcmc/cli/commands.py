@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from ..analysis import _arviz
@@ -38,6 +38,7 @@ from .compare import (
     sample_to_file,
     torch_threads,
 )
+from .compare_jobs import default_jobs
 
 __all__ = ["build_parser", "main"]
 
@@ -106,7 +107,7 @@ def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
             "Fit one Bayesian MLP with several inference methods and compare wall time, test "
             "metrics and convergence. Exit status: 0 if at least one method succeeded, 1 if all "
             "failed, 2 for invalid arguments or unusable inputs. Defaults: the sinusoid toy "
-            "with a small net and all methods, in about three minutes on two cores."
+            "with a small net and all methods, in about four minutes on two cores."
         ),
     )
     compare.set_defaults(subparser=compare)
@@ -141,6 +142,14 @@ def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
         default=argparse.SUPPRESS,
         metavar="SECONDS",
         help="skip the methods that would start after this many seconds",
+    )
+    add(
+        "--jobs",
+        type=int,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="methods run at once, each in its own process with --threads threads (default: "
+        "one per usable core, at most one per method; 1 runs them in turn, with progress bars)",
     )
     _add_fit_options(compare)
     display = compare.add_argument_group("display")
@@ -363,6 +372,8 @@ def _logger(args: argparse.Namespace) -> Callable[[str], None] | None:
 
 def _compare(args: argparse.Namespace) -> int:
     config = _config(args)
+    if "jobs" not in vars(args):
+        config = replace(config, jobs=default_jobs(config))
     try:
         results = run_comparison(config, log=_logger(args))
     except (OSError, ImportError, ValueError) as error:

@@ -26,7 +26,8 @@ status ``"failed"`` and the message; the other methods still run and are saved.
 This module runs the comparison and writes its files; the parts live beside it, one job each,
 and their names are importable from here: the settings and their checks
 (:mod:`.compare_config`), the model and each method's inference (:mod:`.compare_fit`), one
-method from fit to table row (:mod:`.compare_method`), the results and their table, JSON and
+method from fit to table row (:mod:`.compare_method`), running the methods in turn or several
+at once (:mod:`.compare_jobs`), the results and their table, JSON and
 Markdown (:mod:`.compare_results`), and the output directory with its manifest
 (:mod:`.compare_output`).
 """
@@ -50,6 +51,7 @@ from .compare_fit import TensorDict as TensorDict
 from .compare_fit import build_model as build_model
 from .compare_fit import nuts_potential as nuts_potential
 from .compare_fit import nuts_starts as nuts_starts
+from .compare_jobs import run_methods
 from .compare_method import DIVERGENT_SHARE as DIVERGENT_SHARE
 from .compare_method import MethodOutcome, Prediction, run_method, torch_threads
 from .compare_method import convergence as convergence
@@ -154,8 +156,9 @@ def _run_methods(
     deadline: float | None,
     say: Callable[[str], None],
 ) -> tuple[dict[str, Prediction], dict[str, Prediction]]:
-    """Run the methods of ``config`` in turn, adding their rows to ``results`` and their files to
-    ``out``; a method that would start after ``deadline`` is skipped.
+    """Run the methods of ``config`` (in turn, or ``config.jobs`` at a time), adding their rows
+    to ``results`` in the order of ``config.methods`` and their files to ``out``; a method that
+    would start after ``deadline`` is skipped.
 
     Returns
     -------
@@ -165,18 +168,11 @@ def _run_methods(
     """
     predictions: dict[str, Prediction] = {}
     grid_predictions: dict[str, Prediction] = {}
-    for index, method in enumerate(config.methods):
-        if deadline is not None and time.perf_counter() > deadline:
-            result = MethodResult(method, status="skipped")
-            result.message = f"time budget of {config.time_budget:g} s spent before it started"
-            results.methods.append(result)
-            say(f"[{method}] skipped: time budget spent")
-            continue
-        say(f"[{method}] running ({index + 1}/{len(config.methods)})")
-        outcome = run_method(config, data, method, log=say)
+    for outcome in run_methods(config, data, deadline, say):
         results.methods.append(outcome.result)
         if outcome.idata is None:
             continue
+        method = outcome.result.method
         predictions[method] = outcome.prediction
         if outcome.grid_prediction is not None:
             grid_predictions[method] = outcome.grid_prediction
@@ -194,10 +190,17 @@ def _settings_note(config: CompareConfig, data: Dataset) -> str:
         if config.target_ess is not None and config.max_seconds is not None
         else ""
     )
+    jobs = min(config.jobs, len(config.methods))
+    at_once = (
+        f"; {jobs} methods at a time, each in its own process with {config.threads or 'default'}"
+        " torch thread(s)"
+        if jobs > 1
+        else ""
+    )
     return (
         f"seed {config.seed}; {config.chains} chain(s); SG-MCMC: {config.num_samples} draws "
         f"after {config.warmup} warm-up per chain{rounds}, {thinning} steps per draw, batch "
-        f"size {min(config.batch_size, data.num_train)} of N = {data.num_train}"
+        f"size {min(config.batch_size, data.num_train)} of N = {data.num_train}{at_once}"
     )
 
 

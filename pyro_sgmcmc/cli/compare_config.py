@@ -121,6 +121,13 @@ class CompareConfig:
         leave torch's setting. The default 1 suits the small networks compared here: extra
         threads cost more in synchronisation than they gain, on a busy machine by a factor of
         five and more.
+    jobs:
+        How many methods run at once, each in its own worker process
+        (:mod:`pyro_sgmcmc.cli.compare_jobs`); 1 (default) runs them in turn in this process.
+        Each method's wall time is measured in its worker, so the times stay comparable while
+        every worker has a core of its own. Workers show no progress bars. The command line's
+        default is one per usable core (``--jobs``). A script that sets it must guard its top
+        level with ``if __name__ == "__main__":`` (workers are started with ``spawn``).
     progress:
         Show progress bars.
     figures:
@@ -166,6 +173,7 @@ class CompareConfig:
     data_dir: Path | None = None
     threads: int | None = 1
     distributed: str | None = None
+    jobs: int = 1
     progress: bool = True
     figures: bool = True
 
@@ -220,6 +228,12 @@ class CompareConfig:
         )
         if self.threads is not None:
             check_positive_int("threads", self.threads)
+        check_positive_int("jobs", self.jobs)
+        if self.jobs > 1 and self.distributed is not None:
+            raise ValueError(
+                f"jobs must be 1 with distributed={self.distributed!r} (its ranks are the "
+                f"processes); got jobs={self.jobs}"
+            )
         if self.nuts_num_samples is not None:
             check_positive_int("nuts_num_samples", self.nuts_num_samples)
         if self.nuts_warmup is not None:
