@@ -208,6 +208,80 @@ def test_later_calls_replay_a_recorded_graph_equal_to_the_trace_path(float64, ca
     assert len(functional.captured.graphs) == 1  # one signature: one recording
 
 
+def _recorded_regression():
+    """The functional potential of Pyro's tutorial regression after its graph was recorded,
+    with the graph, positions and rows for replays (float32, as users run it)."""
+    model, data = BayesianRegression(3), regression_data()
+    structure, _, functional, flat = _setup(model, data, num_chains=2)
+    rows = _rows(structure, 2, 10)
+    for _ in range(3):
+        functional.value_and_grad(flat, {}, rows)
+    return functional, flat, rows
+
+
+def test_recorded_graphs_run_in_torchscript_with_the_same_bits():
+    """On the CPU a recorded graph is traced into TorchScript (its operations run from C++, two
+    to three times faster for small models) only because its results equal the graph's in every
+    bit: on new positions and rows too."""
+    from pyro_sgmcmc.models import graph_capture
+
+    functional, flat, rows = _recorded_regression()
+    (replay,) = functional.captured.graphs.values()
+    assert isinstance(replay, torch.jit.ScriptModule)
+    captured = graph_capture.CapturedGraph(functional.captured.function)
+    captured.graphs = {}
+    original = graph_capture._interpreted
+    try:
+        graph_capture._interpreted = lambda graph, inputs: graph  # the FX graph itself
+        captured(flat, {}, rows)
+        (fx_graph,) = captured.graphs.values()
+    finally:
+        graph_capture._interpreted = original
+    assert isinstance(fx_graph, torch.fx.GraphModule)
+    for call in range(5):
+        moved = flat + 0.05 * call
+        shifted = rows.roll(call, dims=-1)
+        for first, second in zip(replay(shifted, moved), fx_graph(shifted, moved), strict=True):
+            assert torch.equal(first, second)
+
+
+def test_a_graph_torchscript_cannot_reproduce_is_replayed_as_recorded(monkeypatch):
+    """Where tracing fails, or the traced graph differs in any bit, the FX graph is used."""
+    from pyro_sgmcmc.models import graph_capture
+
+    monkeypatch.setattr(torch.jit, "trace", lambda graph, inputs, **_: _raise())
+    functional, *_ = _recorded_regression()
+    assert isinstance(next(iter(functional.captured.graphs.values())), torch.fx.GraphModule)
+
+    def off_by_one_ulp(graph, inputs, **_):
+        return lambda *args: tuple(torch.nextafter(t, t + 1) for t in graph(*args))
+
+    monkeypatch.setattr(torch.jit, "trace", off_by_one_ulp)
+    functional, flat, rows = _recorded_regression()
+    (replay,) = functional.captured.graphs.values()
+    assert isinstance(replay, torch.fx.GraphModule)
+    assert graph_capture._identical((flat, [rows]), (flat.clone(), [rows.clone()]))
+    assert not graph_capture._identical((flat,), (flat, flat))
+
+
+def _raise():
+    raise RuntimeError("TorchScript cannot hold this graph")
+
+
+def test_a_pickled_potential_records_its_graphs_again():
+    """TorchScript graphs do not pickle: a copy of the potential drops them and records anew,
+    with the same results."""
+    import pickle
+
+    functional, flat, rows = _recorded_regression()
+    copy = pickle.loads(pickle.dumps(functional.captured))
+    assert copy.graphs == {} and len(functional.captured.graphs) == 1
+    for first, second in zip(
+        copy(flat, {}, rows), functional.captured(flat, {}, rows), strict=True
+    ):
+        assert torch.equal(first, second)
+
+
 def test_the_closed_form_prior_covers_pyro_sample_priors_only(float64):
     """``PyroSample`` priors are the same object at every call: covered. A prior built anew at
     every call (a hand-written model) or depending on another latent value is not."""

