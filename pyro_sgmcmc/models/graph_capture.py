@@ -135,14 +135,12 @@ def _interpreted(graph: torch.fx.GraphModule, inputs: tuple) -> Callable[..., An
     or ``graph`` itself off the CPU, where tracing fails, or where the traced graph's results
     differ in any bit from the graph's on ``inputs`` (three calls, as TorchScript's profiling
     executor specialises the graph after its first calls)."""
-    trace = getattr(torch.jit, "trace", None)
-    on_cpu = all(t.device.type == "cpu" for t in inputs if isinstance(t, torch.Tensor))
-    if trace is None or not on_cpu:
+    if not all(t.device.type == "cpu" for t in inputs if isinstance(t, torch.Tensor)):
         return graph
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # its deprecation notice; tracer warnings
-            traced = trace(graph, inputs, check_trace=False)
+            warnings.simplefilter("ignore")  # deprecation notices (also on import); tracer's
+            traced = torch.jit.trace(graph, inputs, check_trace=False)
             expected = graph(*inputs)
             replays = [traced(*inputs) for _ in range(3)]
     except Exception:  # an operation TorchScript cannot hold, or no TorchScript at all

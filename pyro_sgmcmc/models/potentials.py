@@ -41,6 +41,7 @@ from pyro import poutine
 from torch.distributions.transforms import ComposeTransform, IndependentTransform, Transform
 
 from ..engine.layout import FlatLayout
+from .graph_capture import CapturedGraph
 from .structure import DataPlate
 
 TensorDict = dict[str, torch.Tensor]
@@ -270,21 +271,35 @@ class ClosedFormPotential(Potential):
     prior term per site inside the model.
     """
 
+    #: Eager calls before the computation is recorded (the first moves the prior's constants).
+    EAGER_CALLS = 2
+
     def __init__(self, model: Any, args: tuple, kwargs: Mapping[str, Any], *base: Any) -> None:
         super().__init__(*base)
         self.model, self.args, self.kwargs = model, args, dict(kwargs)
         self.flat_prior = _flat_gaussian_prior(model, self.layout)
+        self.captured: CapturedGraph | None = CapturedGraph(self._closed_form)
+        self._eager_calls = 0
 
     def log_joint(self, constrained: Mapping[str, torch.Tensor], rows: torch.Tensor | None):
         return self.model.log_joint(constrained, rows, *self.args, **self.kwargs)
 
     def compile(self) -> None:
+        self.captured = None
         self._closed_form = torch.compile(self._closed_form, dynamic=False)
 
     def value_and_grad(
         self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The closed form, replayed from a recorded graph after the first calls
+        (:class:`~pyro_sgmcmc.models.graph_capture.CapturedGraph`: the same operations without
+        the Python around them); eager where it cannot be recorded."""
         with torch.no_grad():
+            if self.captured is not None and self._eager_calls >= self.EAGER_CALLS:
+                result = self.captured(flat, fixed, rows)
+                if result is not None:
+                    return result
+            self._eager_calls += 1
             return self._closed_form(flat, fixed, rows)
 
     def _closed_form(
