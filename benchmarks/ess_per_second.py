@@ -364,7 +364,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", nargs="+", default=["i", "ii", "iii", "iv"])
     parser.add_argument("--quick", action="store_true", help="fewer draws and rows (a smoke run)")
+    parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=sorted(KERNELS),
+                        help="our kernels to run (default: all)")  # fmt: skip
+    parser.add_argument("--no-reference", action="store_true",
+                        help="(i) without the long NUTS run behind its accuracy")  # fmt: skip
     args = parser.parse_args()
+    for name in set(KERNELS) - set(args.kernels):
+        del KERNELS[name]
     torch.set_num_threads(1)
     numpyro = numpyro_problems()
     if not numpyro:
@@ -374,7 +380,8 @@ def main() -> None:
     for problem in args.problems:
         start = time.perf_counter()
         if problem == "i":
-            rows = problem_i(args.quick, numpyro, reference_i(args.quick))
+            reference = None if args.no_reference else reference_i(args.quick)
+            rows = problem_i(args.quick, numpyro, reference)
         elif problem == "ii":
             rows = problem_ii(args.quick, numpyro)
         elif problem == "iii":
@@ -390,7 +397,8 @@ def main() -> None:
         print_table(rows, COLUMNS)
         # after every problem, so that a long run that is stopped keeps what it measured
         path = write_json("ess_per_second", {
-            "quick": args.quick, "load_before": load_before, "load_after": load_average(),
+            "quick": args.quick, "kernels": args.kernels, "reference": not args.no_reference,
+            "load_before": load_before, "load_after": load_average(),
             "rows": table,
         })  # fmt: skip
     print_table(table, COLUMNS)
