@@ -291,11 +291,13 @@ class ClosedFormPotential(Potential):
     def value_and_grad(
         self, flat: torch.Tensor, fixed: Mapping[str, torch.Tensor], rows: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The closed form, replayed from a recorded graph after the first calls
+        """The closed form, replayed on the CPU from a recorded graph after the first calls
         (:class:`~pyro_sgmcmc.models.graph_capture.CapturedGraph`: the same operations without
-        the Python around them); eager where it cannot be recorded."""
+        the Python around them); eager where it cannot be recorded, and on other devices (where
+        the replay has not been measured)."""
         with torch.no_grad():
-            if self.captured is not None and self._eager_calls >= self.EAGER_CALLS:
+            recorded = self.captured is not None and flat.device.type == "cpu"
+            if recorded and self._eager_calls >= self.EAGER_CALLS:
                 result = self.captured(flat, fixed, rows)
                 if result is not None:
                     return result
