@@ -219,7 +219,7 @@ def _recorded_regression():
     return functional, flat, rows
 
 
-def test_recorded_graphs_run_in_torchscript_with_the_same_bits():
+def test_recorded_graphs_run_in_torchscript_with_the_same_bits(monkeypatch):
     """On the CPU a recorded graph is traced into TorchScript (its operations run from C++, two
     to three times faster for small models) only because its results equal the graph's in every
     bit: on new positions and rows too."""
@@ -229,14 +229,9 @@ def test_recorded_graphs_run_in_torchscript_with_the_same_bits():
     (replay,) = functional.captured.graphs.values()
     assert isinstance(replay, torch.jit.ScriptModule)
     captured = graph_capture.CapturedGraph(functional.captured.function)
-    captured.graphs = {}
-    original = graph_capture._interpreted
-    try:
-        graph_capture._interpreted = lambda graph, inputs: graph  # the FX graph itself
-        captured(flat, {}, rows)
-        (fx_graph,) = captured.graphs.values()
-    finally:
-        graph_capture._interpreted = original
+    monkeypatch.setattr(graph_capture, "_interpreted", lambda graph, inputs: graph)  # FX itself
+    captured(flat, {}, rows)
+    (fx_graph,) = captured.graphs.values()
     assert isinstance(fx_graph, torch.fx.GraphModule)
     for call in range(5):
         moved = flat + 0.05 * call
