@@ -309,6 +309,9 @@ def main(out: str, *names: str) -> int:
             status = 1
             continue
         torch.save(result, Path(out, f"{name}.rank{rank}.pt"))
+    # every rank reaches the end before any tears the group down: a rank that closed its
+    # connections while another was still in a collective made gloo abort that one (SIGABRT)
+    torch.distributed.barrier()
     torch.distributed.destroy_process_group()
     return status
 

@@ -59,7 +59,9 @@ def two_ranks(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ranks")
     codes = scenarios.launch(out, MODULE_SCENARIOS)
     # the two scenarios that must fail make both ranks exit with status 1
-    assert codes == [1, 1], (out / "stderr.rank0.txt").read_text()[-3000:]
+    assert codes == [1, 1], "\n".join(
+        f"rank {rank}: {(out / f'stderr.rank{rank}.txt').read_text()[-2000:]}" for rank in range(2)
+    )
     return out
 
 
