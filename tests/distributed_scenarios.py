@@ -309,8 +309,8 @@ def main(out: str, *names: str) -> int:
             status = 1
             continue
         torch.save(result, Path(out, f"{name}.rank{rank}.pt"))
-    # every rank reaches the end before any tears the group down: a rank that closed its
-    # connections while another was still in a collective made gloo abort that one (SIGABRT)
+    # every rank reaches the end before any tears the group down: gloo can abort (SIGABRT) a
+    # rank whose peer closes its connections first (the suspected cause of one CI failure)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
     return status
