@@ -235,7 +235,7 @@ def run_sghmc(x, y, x_eval, args) -> dict:
     divergences = {"divergent_draws": len(report["divergences"]),
                    "warmup_divergences": report["warmup_divergences"]}  # fmt: skip
     if diverged is not None and predictive.count == 0:
-        return {"diverged": diverged, "seconds": seconds}
+        return {"diverged": diverged, "seconds": seconds, **divergences}
     if predictive.count == 0:
         raise RuntimeError(f"the budget of {args.budget} s ended before the warm-up did")
     kept, first, last = log["kept"], log["first_kept"], log["last_kept"]
