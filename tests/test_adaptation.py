@@ -27,7 +27,7 @@ from stats_helpers import (
 )
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, run_chains
-from pyro_sgmcmc.engine.adaptation import MINIMUM_WARMUP_STEPS
+from pyro_sgmcmc.engine.adaptation import MINIMUM_WARMUP_STEPS, SCHEDULE, AdaptiveControl
 from pyro_sgmcmc.errors import SamplerDivergedError, SamplerWarning
 
 KERNELS = {"sgld": SGLD, "sghmc": SGHMC, "psgld": PSGLD}
@@ -124,6 +124,30 @@ def test_the_adapted_step_is_frozen_for_sampling_and_a_given_step_is_kept():
     given = run_chains(SGLD(model, step_size=1e-5, batch_size=50, num_steps_per_sample=1, seed=0),
                        x, y, num_chains=2, num_samples=50, warmup_steps=10)  # fmt: skip
     assert np.allclose(given.sample_stats["step_size"], 1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:run_chains.*not converged")  # 10 draws: only the descent
+def test_the_descent_ends_at_the_average_of_its_last_fifth(monkeypatch):
+    """Every chain leaves the descent at the average of its positions over the descent's last
+    fifth (40-50% of the warm-up), not at its last iterate."""
+    seen, ended = [], []
+    average_descent = AdaptiveControl._average_descent
+
+    def spy(control, engine):
+        seen.append(engine.position.clone())
+        average_descent(control, engine)
+        if engine.t == control.descent_end:
+            ended.append(engine.position.clone())
+
+    monkeypatch.setattr(AdaptiveControl, "_average_descent", spy)
+    x, y = regression_data(n=400, d=3)
+    warmup = 200
+    run_chains(SGHMC(ConjugateLinearRegression(), batch_size=50, num_steps_per_sample=1, seed=0),
+               x, y, num_chains=2, num_samples=10, warmup_steps=warmup)  # fmt: skip
+    start, end = int(SCHEDULE["average"] * warmup), int(SCHEDULE["descent"] * warmup)
+    assert len(seen) == end - start and len(ended) == 1
+    torch.testing.assert_close(ended[0], torch.stack(seen).mean(0))
+    assert not torch.allclose(ended[0], seen[-1]), "the descent ended at its last iterate"
 
 
 def test_a_warmup_below_the_minimum_is_refused_by_name():

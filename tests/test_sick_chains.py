@@ -14,7 +14,7 @@ from pyro_tutorial_models import BayesianRegression
 
 from pyro_sgmcmc import SGHMC, SGLD
 from pyro_sgmcmc.engine import prepare_chains
-from pyro_sgmcmc.engine.fit_check import MARGIN, check_fit
+from pyro_sgmcmc.engine.fit_check import MARGIN, Z, check_fit
 from pyro_sgmcmc.engine.fit_recovery import FitRecovery
 from pyro_sgmcmc.engine.health import FROZEN, check_draws
 from pyro_sgmcmc.errors import SamplerWarning
@@ -68,6 +68,34 @@ def test_the_fit_check_allows_what_sampling_at_the_temperature_costs():
     now = _values(weight, [3.0, 3.0], [0.7, 0.7])
     assert 0.09 < MARGIN
     assert check_fit(structure, (x, y), {}, milestones, now, 1.0, [0, 1]) == []
+
+
+def test_a_chain_that_lost_a_few_rows_and_with_them_its_noise_scale_is_named():
+    """Two rows far out in the inputs fitted 200 noise sds off (a ReLU unit woken for them,
+    issue 27's seed 11) drag the noise scale up six-fold: the plain mean's standard error is
+    inflated by those two rows and clears nothing; the winsorised mean sees every other row
+    fit worse by 1.3 nats."""
+    x, y = _regression_data()
+    x[:, 2] = 0.0
+    x[:2, 2] = 100.0  # the only rows that feel the third weight
+    noise = torch.randn(len(y), generator=torch.Generator().manual_seed(1))
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 3.0 + 0.5 * noise
+    model = BayesianRegression(3)
+    structure = _structure(model, x, y)
+    good = [[1.0, -2.0, 0.5], [1.0, -2.0, 0.5]]
+    milestones = [("the end of the descent", _values(good, [3.0, 3.0], [0.5, 0.5]))]
+    now = _values([[1.0, -2.0, 0.5], [1.0, -2.0, 2.5]], [3.0, 3.0], [0.5, 3.0])
+    messages = check_fit(structure, (x, y), {}, milestones, now, 1.0, [0, 1])
+    assert len(messages) == 1 and messages[0].startswith("chain 1 fits the training data")
+    # the plain test alone would not have named it
+    best = _row_log_likelihood(x, y, [1.0, -2.0, 0.5], 3.0, 0.5)
+    worse = best - _row_log_likelihood(x, y, [1.0, -2.0, 2.5], 3.0, 3.0)
+    error = float(worse.std()) / len(worse) ** 0.5
+    assert float(worse.mean()) - Z * error < MARGIN
+
+
+def _row_log_likelihood(x, y, weight, bias, sigma):
+    return dist.Normal(x @ torch.tensor(weight) + bias, sigma).log_prob(y).double()
 
 
 def test_frozen_coordinates_are_named_with_their_site_and_value():

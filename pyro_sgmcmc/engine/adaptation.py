@@ -13,7 +13,12 @@ matrix.
    times the rate, and a heavy ball whose momentum climbs such a slope stops (delta-bar-delta and
    adaptive restart): a noise scale started ten times too large reaches its mode within the
    descent. No initial point -- uniform, a prior draw, a MAP fit -- can make the first steps
-   explode. Gibbs updates start at a quarter of the warm-up.
+   explode. Over the descent's last fifth (40-50% of the warm-up) each chain's positions are
+   averaged, and the chain starts the windows from that average (iterate averaging: Polyak and
+   Juditsky 1992; SWA, Izmailov et al. 2018): at a constant rate the descent ends anywhere in
+   its noise ball, possibly with a row far out in the inputs badly fitted, whose pull the
+   sampling steps that follow cannot absorb; the average lies near the ball's centre. Gibbs
+   updates start at a quarter of the warm-up.
 2. **Measurement.** From 35% of the warm-up on, every ``probe_every`` steps two extra gradients
    are evaluated at the current position :math:`z`: one on an independent minibatch, which gives
    the minibatch gradient's variance, :math:`\hat V_i = \tfrac12 (g_S - g_{S'})_i^2`, and one on
@@ -124,9 +129,13 @@ CURVATURE_BOUND = {"sgld": 0.05, "psgld": 0.05, "sghmc": 0.1}
 NOISE_BOUND, BURN_IN_NOISE_BOUND = 0.1, 0.1
 #: A coordinate's step is at most this multiple of the median step of its site.
 SITE_CAP = 4.0
-#: Fractions of the warm-up: Gibbs updates start, measurements start, descent ends, windows end,
-#: and the last window (sampling settings) starts.
-SCHEDULE = {"gibbs": 0.25, "probe": 0.35, "descent": 0.5, "windows": (0.6, 0.75), "last": 0.75}
+#: Fractions of the warm-up: Gibbs updates start, measurements start, the descent's positions
+#: are averaged from, the descent ends, windows end, and the last window (sampling settings)
+#: starts.
+SCHEDULE = {
+    "gibbs": 0.25, "probe": 0.35, "average": 0.4, "descent": 0.5, "windows": (0.6, 0.75),
+    "last": 0.75,
+}  # fmt: skip
 #: Per rule, the bound on :math:`h\,\lambda_{\max}(P^{1/2} H P^{1/2})`, the largest curvature
 #: of the preconditioned Hessian (power iteration): the diagonal bound :data:`CURVATURE_BOUND`
 #: holds per coordinate, but where many coordinates are coupled (the weights of one layer of a
@@ -208,6 +217,7 @@ class AdaptiveControl(StepControl):
         self.gibbs_start = int(SCHEDULE["gibbs"] * warmup_steps)
         self.probe_start = int(SCHEDULE["probe"] * warmup_steps)
         self.descent_end = int(SCHEDULE["descent"] * warmup_steps)
+        self.average_start = int(SCHEDULE["average"] * warmup_steps)
         self.last_window = int(SCHEDULE["last"] * warmup_steps)
         self.window_ends = [self.descent_end]
         self.window_ends += [int(f * warmup_steps) for f in SCHEDULE["windows"]]
@@ -247,6 +257,9 @@ class AdaptiveControl(StepControl):
         # of both estimators over the second
         self.position_sum = torch.zeros_like(like)
         self.position_count = 0
+        # the descent's positions over its last fifth (see _average_descent)
+        self.descent_sum = torch.zeros_like(like)
+        self.descent_count = 0
         self.pair_sum = torch.zeros(2, *like.shape, dtype=like.dtype, device=like.device)
         self.pair_count = torch.zeros_like(column)
 
@@ -324,6 +337,8 @@ class AdaptiveControl(StepControl):
             self.square.lerp_(engine.grad.square(), 0.01)
             self.count += 1
             self._update_boost(engine, ramped=t >= 50)
+        if self.average_start < t <= self.descent_end:
+            self._average_descent(engine)
         if t > self.last_window:
             self.offset.add(engine.grad)
         if self.descent_end < t <= self.window_ends[1] and _auto_control_variate(engine):
@@ -341,6 +356,23 @@ class AdaptiveControl(StepControl):
             if t == self.window_ends[1] and _auto_control_variate(engine):
                 centre = self.position_sum / max(self.position_count, 1)
                 engine.estimator.set_centre(centre, engine.fixed)
+
+    def _average_descent(self, engine: EngineView) -> None:
+        """Add the position to the descent's sum; at the descent's end, put every chain at its
+        average (momenta at rest). A ReLU network's descent at a constant rate keeps moving
+        in its noise ball, and a row far out in the inputs (45 standard deviations, where the
+        network extrapolates) can sit 50-80 target standard deviations off its fit at any one
+        step, a pull the windows' steps then meet once per epoch, magnified N/B times; the
+        average fits it. A decaying rate would fit it too, but settles into a sharper minimum,
+        whose minibatch curvature the windows' first steps cannot take."""
+        self.descent_sum += engine.position
+        self.descent_count += 1
+        if engine.t < self.descent_end:
+            return
+        average = self.descent_sum / self.descent_count
+        everyone = torch.ones(average.shape[0], dtype=torch.bool)
+        fixed = {name: value.clone() for name, value in engine.fixed.items()}
+        engine.return_to(everyone, average, fixed)
 
     def _recover_fits(self, engine: EngineView) -> None:
         """Put the chains whose fit collapsed since their best milestone back there
@@ -764,7 +796,7 @@ class AdaptiveControl(StepControl):
               "curvature", "curvature_sum", "noise_sum", "probes", "frozen",
               "window_diverged", "window_start_sums", "direction", "last_window_rate",
               "position_sum", "position_count", "pair_sum", "pair_count", "friction",
-              "window_returned", "milestones")  # fmt: skip
+              "window_returned", "milestones", "descent_sum", "descent_count")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         state = {
@@ -787,6 +819,8 @@ class AdaptiveControl(StepControl):
         self.recovery.load_state_dict(state.get("recovery"))  # likewise
         if self.window_returned is None:  # likewise
             self.window_returned = torch.zeros_like(self.window_diverged)
+        if self.descent_sum is None:  # likewise: the average starts at the resumed step
+            self.descent_sum, self.descent_count = torch.zeros_like(self.position_sum), 0
         self.offset.load_state_dict(state["offset"])
         self.metric = None if state["metric"] is None else DenseMetric(*state["metric"])
         if self.dense is not None:
