@@ -23,6 +23,12 @@ the same model on that seed written earlier by this script (``--learning-rate`` 
 epochs, ``--name`` to keep its file apart); without it, the best RMSE any kernel reached on the
 seed in this run.
 
+``--data fashion-mnist`` runs the same protocol on Fashion-MNIST's 60,000 training images
+(pixels / 255; the 10,000 test images score it) with the W1 network of ``w3_fashion_mnist.py``
+(``BayesianMLP(784, [100], 10, sigmoid)``, N(0, 1) weights, a categorical likelihood): the data
+are the same for every seed (the seed is the chain's), and a run is judged by the test NLL of
+the model average (the accuracy is reported beside it) instead of the RMSE.
+
 Run, e.g.: ``python benchmarks/scale_family.py --kernels sghmc sgld psgld --seeds 0 1 2 --jobs 2``
 (writes ``benchmarks/results/scale_family.json``; each run takes about 90 s on one core), and the
 reference: ``--kernels sghmc --learning-rate 0.01 --friction 0.1 --epochs 200 --name
@@ -43,11 +49,14 @@ from pathlib import Path
 import torch
 from _common import load_average, print_table, write_json
 
-from pyro_sgmcmc import PSGLD, SGHMC, SGLD, run_chains
+from pyro_sgmcmc import PSGLD, SGHMC, SGLD, metrics, run_chains
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood, NormalPrior
 
 KERNELS = {"sghmc": SGHMC, "sgld": SGLD, "psgld": PSGLD}
 ROWS = 12_000
+FASHION_ROWS = 60_000
+#: what a run is judged by, per ``--data``
+SCORE = {"teacher": "rmse", "fashion-mnist": "nll"}
 
 
 def family_data(seed: int, rows: int = ROWS) -> tuple[torch.Tensor, ...]:
@@ -69,20 +78,70 @@ def family_data(seed: int, rows: int = ROWS) -> tuple[torch.Tensor, ...]:
     return x[train], y[train], x[test], y[test]
 
 
+def fashion_data() -> tuple[torch.Tensor, ...]:
+    """Fashion-MNIST's training and test images (flattened, pixels / 255) and labels."""
+    from pyro_sgmcmc.data.datasets import load_dataset
+
+    d = load_dataset("fashion_mnist", standardize=False)
+    return (d.x_train.reshape(-1, 784).float(), d.y_train.long(),
+            d.x_test.reshape(-1, 784).float(), d.y_test.long())  # fmt: skip
+
+
+class Regression:
+    """A teacher data set of the family: inputs and targets standardised with the training rows;
+    scored by the test RMSE of the posterior mean, in the target's units."""
+
+    def __init__(self, seed: int, rows: int) -> None:
+        x, y, self.x_test, self.y_test = family_data(seed, rows)
+        self.x_mean, self.x_sd, self.y_mean, self.y_sd = x.mean(0), x.std(0), y.mean(), y.std()
+        self.x, self.y = (x - self.x_mean) / self.x_sd, (y - self.y_mean) / self.y_sd
+        self.model = BayesianMLP(
+            4, [50], 1, activation="relu", prior=NormalPrior(1.0),
+            likelihood=NormalLikelihood(precision=GammaPrecision(2.0, 0.5)),
+        )  # fmt: skip
+
+    def score(self, samples: dict[str, torch.Tensor]) -> dict:
+        x_test = (self.x_test - self.x_mean) / self.x_sd
+        with torch.no_grad():
+            outputs = self.model.functional_forward(samples, x_test)
+        mean = outputs.squeeze(-1).mean(0) * self.y_sd + self.y_mean
+        return {"rmse": round(float((mean - self.y_test).square().mean().sqrt()), 3)}
+
+
+class FashionMNIST:
+    """Fashion-MNIST with the W1 network; scored by the model average's test NLL and accuracy."""
+
+    def __init__(self, seed: int, rows: int) -> None:
+        self.x, self.y, self.x_test, self.y_test = fashion_data()
+        self.model = BayesianMLP(784, [100], 10, activation="sigmoid", likelihood="categorical",
+                                 prior=NormalPrior(1.0))  # fmt: skip
+
+    def score(self, samples: dict[str, torch.Tensor]) -> dict:
+        probs = torch.zeros(len(self.y_test), 10)
+        draws = next(iter(samples.values())).shape[0]
+        with torch.no_grad():
+            for i in range(draws):  # one draw at a time: 10,000 x 10 outputs each
+                draw = {name: value[i] for name, value in samples.items()}
+                probs += self.model.functional_forward(draw, self.x_test).softmax(-1)
+        probs /= draws
+        return {"nll": round(metrics.negative_log_likelihood(probs, self.y_test), 4),
+                "accuracy": round(metrics.accuracy(probs, self.y_test), 4)}  # fmt: skip
+
+
+PROBLEMS = {"teacher": Regression, "fashion-mnist": FashionMNIST}
+
+
 def run_one(
     kernel: str, seed: int, warmup: int, epochs: int, batch: int,
     hand: tuple[float | None, float | None] = (None, None), rows: int = ROWS,
+    data: str = "teacher",
 ) -> dict:  # fmt: skip
-    """One run on ``rows`` rows; ``hand`` is a hand-given ``(learning_rate, friction)``
-    (``None``: adapted)."""
+    """One run on ``rows`` rows of ``data``; ``hand`` is a hand-given ``(learning_rate,
+    friction)`` (``None``: adapted)."""
     torch.set_num_threads(1)
-    x, y, x_test, y_test = family_data(seed, rows)
-    torch.manual_seed(seed)
-    x_mean, x_sd, y_mean, y_sd = x.mean(0), x.std(0), y.mean(), y.std()
-    model = BayesianMLP(
-        4, [50], 1, activation="relu", prior=NormalPrior(1.0),
-        likelihood=NormalLikelihood(precision=GammaPrecision(2.0, 0.5)),
-    )  # fmt: skip
+    torch.manual_seed(seed)  # before the model: its construction may draw
+    problem = PROBLEMS[data](seed, rows)
+    x, y, model = problem.x, problem.y, problem.model
     learning_rate, friction = hand
     given = {} if learning_rate is None else {"learning_rate": learning_rate}
     if friction is not None:
@@ -94,40 +153,45 @@ def run_one(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            result = run_chains(sampler, (x - x_mean) / x_sd, (y - y_mean) / y_sd,
-                                num_chains=1, num_samples=epochs, warmup_steps=warmup)  # fmt: skip
+            result = run_chains(sampler, x, y, num_chains=1, num_samples=epochs,
+                                warmup_steps=warmup)  # fmt: skip
         except Exception as error:  # a crash is a result here
             return {**row, "outcome": "crash", "error": f"{type(error).__name__}: {error}"[:300]}
-    with torch.no_grad():
-        outputs = model.functional_forward(result.get_samples(), (x_test - x_mean) / x_sd)
-    mean = outputs.squeeze(-1).mean(0) * y_sd + y_mean
     health = [
         str(w.message)[:200] for w in caught
         if w.category.__name__ == "SamplerWarning" and "not converged" not in str(w.message)
     ]  # fmt: skip
-    rmse = float((mean - y_test).square().mean().sqrt())
-    return {**row, "rmse": round(rmse, 3), "seconds": round(time.perf_counter() - start, 1),
+    seconds = round(time.perf_counter() - start, 1)
+    return {**row, **problem.score(result.get_samples()), "seconds": seconds,
             "health_warnings": health}  # fmt: skip
 
 
-def references(rows: list[dict], path: str | None, number_of_rows: int) -> dict[int, float]:
-    """Each seed's reference RMSE: from the runs in the JSON file ``path`` (the best of them on
-    the seed; run on ``number_of_rows`` rows too), or, without a file, the best of ``rows``."""
+def references(
+    rows: list[dict], path: str | None, number_of_rows: int, data: str = "teacher"
+) -> dict[int, float]:
+    """Each seed's reference score (RMSE or NLL, ``SCORE[data]``): from the runs in the JSON file
+    ``path`` (the best of them on the seed; run on ``number_of_rows`` rows of ``data`` too), or,
+    without a file, the best of ``rows``."""
+    key = SCORE[data]
     if path is not None:
         saved = json.loads(Path(path).read_text())
         rows = saved["rows"]
-        if saved["settings"].get("rows", ROWS) != number_of_rows:
-            raise SystemExit(f"--reference {path} was run on {saved['settings'].get('rows', ROWS)}"
-                             f" rows, this run on {number_of_rows}")  # fmt: skip
+        settings = saved["settings"]
+        if (settings.get("rows", ROWS), settings.get("data", "teacher")) != (number_of_rows, data):
+            raise SystemExit(f"--reference {path} was run on {settings.get('rows', ROWS)} rows of "
+                             f"{settings.get('data', 'teacher')}, this run on {number_of_rows} "
+                             f"rows of {data}")  # fmt: skip
     best: dict[int, float] = {}
     for row in rows:
-        if "rmse" in row:
-            best[row["seed"]] = min(best.get(row["seed"], float("inf")), row["rmse"])
+        if key in row:
+            best[row["seed"]] = min(best.get(row["seed"], float("inf")), row[key])
     return best
 
 
-def judge(rows: list[dict], best: dict[int, float]) -> None:
-    """Each run's outcome against its seed's reference RMSE ``best[seed]``."""
+def judge(rows: list[dict], best: dict[int, float], data: str = "teacher") -> None:
+    """Each run's outcome against its seed's reference score ``best[seed]`` (``SCORE[data]``,
+    lower is better)."""
+    key = SCORE[data]
     missing = sorted({row["seed"] for row in rows} - set(best))
     if missing:
         raise SystemExit(f"the reference has no run of seed(s) {missing}")
@@ -135,7 +199,7 @@ def judge(rows: list[dict], best: dict[int, float]) -> None:
         if row.get("outcome") == "crash":
             continue
         row["reference"] = best[row["seed"]]
-        row["ratio"] = round(row["rmse"] / best[row["seed"]], 3)
+        row["ratio"] = round(row[key] / best[row["seed"]], 3)
         if row["health_warnings"]:
             row["outcome"] = "told"
         else:
@@ -145,8 +209,8 @@ def judge(rows: list[dict], best: dict[int, float]) -> None:
 def run_all(args: argparse.Namespace) -> list[dict]:
     """Every kernel on every seed, ``args.jobs`` runs at once."""
     hand = (args.learning_rate, args.friction)
-    jobs = [(k, s, args.warmup, args.epochs, args.batch_size, hand, args.rows) for s in args.seeds
-            for k in args.kernels]  # fmt: skip
+    jobs = [(k, s, args.warmup, args.epochs, args.batch_size, hand, args.rows, args.data)
+            for s in args.seeds for k in args.kernels]  # fmt: skip
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         return list(pool.map(run_one, *zip(*jobs, strict=True)))
 
@@ -158,6 +222,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=57, help="warm-up epochs")
     parser.add_argument("--epochs", type=int, default=100, help="sampling epochs")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--data",
+        choices=sorted(SCORE),
+        default="teacher",
+        help="the teacher regressions, or Fashion-MNIST (60,000 rows)",
+    )
     parser.add_argument("--rows", type=int, default=ROWS, help="rows per data set (80%% train)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (one core each)")
     parser.add_argument("--learning-rate", type=float, help="hand-given (default: adapted)")
@@ -170,11 +240,15 @@ def main() -> None:
     if args.runs is not None:
         saved = json.loads(Path(args.runs).read_text())
         rows, args.rows = saved["rows"], saved["settings"].get("rows", ROWS)
+        args.data = saved["settings"].get("data", "teacher")
         args.name = args.name or f"{Path(args.runs).stem}_judged"
     else:
+        if args.data == "fashion-mnist":
+            args.rows = FASHION_ROWS
         rows = run_all(args)
-    judge(rows, references(rows, args.reference, args.rows))
-    print_table(rows, ["kernel", "seed", "rmse", "reference", "ratio", "outcome", "seconds"])
+    judge(rows, references(rows, args.reference, args.rows, args.data), args.data)
+    scores = [SCORE[args.data]] + (["accuracy"] if args.data == "fashion-mnist" else [])
+    print_table(rows, ["kernel", "seed", *scores, "reference", "ratio", "outcome", "seconds"])
     for row in rows:
         for message in [*row.get("health_warnings", []), row.get("error", "")]:
             if message:

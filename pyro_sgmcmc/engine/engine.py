@@ -419,10 +419,15 @@ class ChainEngine:
     ) -> None:
         """Put the chains of the ``(C,)`` mask at their rows of ``flat`` (``(C, D)``) and
         ``fixed``, momenta at rest, and evaluate the potential and gradient there (the others
-        keep their state: their potential is evaluated again on the same rows, unchanged)."""
+        keep their state: their potential is evaluated again on the same rows, unchanged).
+
+        The rule's statistics other than the momenta (pSGLD's RMSprop average, SGHMC's
+        gradient-noise estimate) are kept, as after a divergence: a fresh state would rebuild
+        pSGLD's preconditioner from a single minibatch gradient, whose near-zero entries give
+        steps that blow the chain up."""
         chains = chains.to(device=self.position.device, dtype=torch.bool)
-        fresh = self.algorithm.init({FLAT: flat}, self.options)
-        self.state = select_chains(chains, fresh, self.state)
+        moved = self.state._replace(position={FLAT: flat})
+        self.state = select_chains(chains, self.algorithm.reset(moved, chains), self.state)
         self.fixed = select_chains(chains, dict(fixed), self.fixed)
         self.estimator.refresh(self.fixed)
         self.refresh_gradient()
