@@ -9,6 +9,7 @@ which the warm-up bounds by design (``NOISE_BOUND`` and ``CURVATURE_BOUND`` in
 
 from __future__ import annotations
 
+import math
 import warnings
 from contextlib import contextmanager
 
@@ -27,7 +28,13 @@ from stats_helpers import (
 )
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, run_chains
-from pyro_sgmcmc.engine.adaptation import MINIMUM_WARMUP_STEPS, SCHEDULE, AdaptiveControl
+from pyro_sgmcmc.dynamics.psgld import rmsprop_preconditioner
+from pyro_sgmcmc.engine.adaptation import (
+    MINIMUM_WARMUP_STEPS,
+    PSGLD_STEP_QUANTILE,
+    SCHEDULE,
+    AdaptiveControl,
+)
 from pyro_sgmcmc.errors import SamplerDivergedError, SamplerWarning
 
 KERNELS = {"sgld": SGLD, "sghmc": SGHMC, "psgld": PSGLD}
@@ -255,3 +262,36 @@ def test_a_step_too_large_by_hand_is_never_silent_garbage(name, factor, driver):
         return
     error = (draws.double().mean(0).numpy() - mean) / np.sqrt(np.diag(cov))
     assert np.abs(error).max() < 10, f"silent garbage: {error} posterior sds off"
+
+
+@pytest.mark.filterwarnings("ignore:run_chains.*not converged")
+def test_psgld_step_is_not_set_by_one_coordinate_and_none_steps_beyond_its_bound(monkeypatch):
+    """pSGLD's adapted h is the 90th percentile over the coordinates of bound / RMSprop gain,
+    and each gain is capped so that h * gain stays within the coordinate's bound. The weights of
+    inputs that are zero on every row (as a ReLU unit inactive on every row sees them) have only
+    their prior's gradient, so RMSprop gives them a gain near 1 / epsilon: the smallest ratio,
+    which set h for all before."""
+    seen = []
+    psgld_step = AdaptiveControl._psgld_step
+
+    def spy(control, engine, allowed):
+        step = psgld_step(control, engine, allowed)
+        gain = rmsprop_preconditioner(engine.state.square_average["z"], control.options.epsilon)
+        seen.append((allowed, gain, step, control.gain_cap))
+        return step
+
+    monkeypatch.setattr(AdaptiveControl, "_psgld_step", spy)
+    x, y = regression_data(n=400, d=100)  # above DENSE_LIMIT coordinates: a diagonal metric
+    x = torch.cat([x, torch.zeros(len(x), 4)], 1)
+    run_chains(PSGLD(ConjugateLinearRegression(), batch_size=50, num_steps_per_sample=1, seed=0),
+               x, y, num_chains=2, num_samples=10, warmup_steps=200)  # fmt: skip
+    assert seen, "the warm-up never chose pSGLD's step"
+    for allowed, gain, step, cap in seen:
+        ratio = allowed / gain
+        assert torch.all(step * torch.minimum(gain, cap) <= allowed * (1 + 1e-6))
+        rank = math.ceil(PSGLD_STEP_QUANTILE * ratio.shape[1])
+        torch.testing.assert_close(step, ratio.kthvalue(rank, dim=1, keepdim=True).values)
+        # the dead inputs' weights have the smallest ratio, far below the others'
+        dead = ratio[:, -4:].amax(1, keepdim=True)
+        assert torch.all(ratio[:, :-4].amin(1, keepdim=True) > 10 * dead)
+        assert torch.all(step > 100 * dead)

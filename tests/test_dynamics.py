@@ -86,6 +86,22 @@ def test_psgld_one_step_exact_and_running_average():
         torch.testing.assert_close(state2.position[k], expected)
 
 
+def test_psgld_max_gain_caps_the_rmsprop_diagonal_entry_by_entry():
+    eps, temperature, n, lam = 1e-3, 1.0, 100, 1e-4
+    caps = {k: torch.full_like(v, 50.0) for k, v in THETA.items()}
+    state = psgld_step(psgld_init(THETA), GRAD, eps, temperature, num_data=n, epsilon=lam,
+                       noise=XI, max_gain=caps)  # fmt: skip
+    for k in THETA:
+        g = torch.minimum(1.0 / (lam + (GRAD[k] / n).abs()), caps[k])
+        expected = THETA[k] - eps * g * GRAD[k] + (2 * eps * temperature * g).sqrt() * XI[k]
+        torch.testing.assert_close(state.position[k], expected)
+    # RMSprop's gains: "a" 322 and 909 (capped at 50), "b" 49.8 (kept)
+    uncapped = psgld_step(psgld_init(THETA), GRAD, eps, temperature, num_data=n, epsilon=lam,
+                          noise=XI)  # fmt: skip
+    assert not torch.allclose(uncapped.position["a"], state.position["a"])
+    torch.testing.assert_close(uncapped.position["b"], state.position["b"])
+
+
 def test_gradient_noise_estimate_matches_exponential_moments():
     g1 = {"a": torch.tensor([1.0, 2.0])}
     g2 = {"a": torch.tensor([3.0, 0.0])}

@@ -45,6 +45,7 @@ def psgld_step(
     noise: Mapping[str, torch.Tensor] | None = None,
     adapt: bool = True,
     gradient_variance: Mapping[str, torch.Tensor] | None = None,
+    max_gain: Mapping[str, torch.Tensor] | None = None,
 ) -> PSGLDState:
     r"""One pSGLD step.
 
@@ -53,7 +54,8 @@ def psgld_step(
         \bar g_t &= \nabla \tilde U(\theta_t) / N, \\
         V_t &= \beta\, V_{t-1} + (1 - \beta)\, \bar g_t \odot \bar g_t
               \quad (V_0 = \bar g_0 \odot \bar g_0), \\
-        G_t &= \operatorname{diag}\!\left(1 \oslash (\lambda + \sqrt{V_t})\right), \\
+        G_t &= \operatorname{diag}\!\left(\min\!\left(1 \oslash (\lambda + \sqrt{V_t}),\;
+               c\right)\right), \\
         \theta_{t+1} &= \theta_t - \epsilon_t\, G_t \nabla \tilde U(\theta_t)
                         + \sqrt{2 \epsilon_t T\, G_t}\; \xi_t,
                         \qquad \xi_t \sim \mathcal N(0, I).
@@ -98,6 +100,14 @@ def psgld_step(
         preconditioned SGLD with a *constant* :math:`G`, for which :math:`\Gamma = 0` exactly and
         the stationary distribution is :math:`\pi_T` up to the :math:`O(\epsilon)` step-size bias.
         The samplers' adaptive warm-up adapts :math:`V` during warm-up and freezes it after.
+    max_gain:
+        :math:`c`, a cap on each entry of :math:`G` (shaped like the position; ``None``: no
+        cap, :math:`c = \infty`). The adaptive warm-up sets it so that no coordinate's step
+        :math:`\epsilon_t G_{ii}` exceeds the stability and noise bounds it measured for that
+        coordinate: RMSprop's gain is :math:`1/\lambda` for a coordinate whose gradient is
+        nearly zero (a ReLU unit inactive on every row) and too large for a stiff one, and
+        one such coordinate would otherwise set :math:`\epsilon_t` for all. A constant cap
+        leaves the stationary distribution of the frozen sampler unchanged.
 
     References
     ----------
@@ -119,6 +129,10 @@ def psgld_step(
         for name in position
     }
     preconditioners = {name: rmsprop_preconditioner(v, epsilon) for name, v in averages.items()}
+    if max_gain is not None:
+        preconditioners = {
+            name: torch.minimum(gain, max_gain[name]) for name, gain in preconditioners.items()
+        }
     beta: float | dict[str, torch.Tensor] = 0.0
     if gradient_variance is not None:
         beta = {

@@ -274,6 +274,8 @@ def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, opt
         noise=noise,
         adapt=inputs.adapting or state.square_average is None,
         gradient_variance=inputs.gradient_variance,
+        # a diagonal preconditioner given to pSGLD caps its RMSprop gain (the adaptive warm-up's)
+        max_gain=inputs.preconditioner,
     )
 
 

@@ -23,7 +23,10 @@ class PSGLD(StochasticGradientKernel):
     given, the preconditioner adapts during warm-up and sampling alike; with the adaptive
     warm-up (no step size given) it is frozen at the end of warm-up, together with
     :math:`\epsilon`, so the sampling phase needs no correction term
-    (:mod:`pyro_sgmcmc.engine.adaptation`). For a model with at most
+    (:mod:`pyro_sgmcmc.engine.adaptation`), and each entry of :math:`G` is capped so that no
+    coordinate steps beyond the bounds the warm-up measured for it (one coordinate with a
+    gradient near zero, whose RMSprop gain is :math:`1/\lambda`, would otherwise set
+    :math:`\epsilon` for all). For a model with at most
     :data:`~pyro_sgmcmc.engine.dense.DENSE_LIMIT` coordinates the adaptive warm-up replaces
     :math:`G` by a dense metric learnt from the curvature (:mod:`pyro_sgmcmc.engine.dense`),
     which a diagonal cannot match on a correlated posterior: the sampling phase is then
