@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from stats_helpers import (
 
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, run_chains
 from pyro_sgmcmc.dynamics.psgld import rmsprop_preconditioner
+from pyro_sgmcmc.dynamics.registry import PSGLDOptions
 from pyro_sgmcmc.engine.adaptation import (
     MINIMUM_WARMUP_STEPS,
     PSGLD_STEP_QUANTILE,
@@ -295,3 +297,19 @@ def test_psgld_step_is_not_set_by_one_coordinate_and_none_steps_beyond_its_bound
         dead = ratio[:, -4:].amax(1, keepdim=True)
         assert torch.all(ratio[:, :-4].amin(1, keepdim=True) > 10 * dead)
         assert torch.all(step > 100 * dead)
+
+
+def test_a_psgld_coordinate_that_ran_away_gets_a_tenth_of_its_gain():
+    """As SGLD's and SGHMC's preconditioner, pSGLD's gain is divided by ten in a coordinate that
+    ran away (through its cap), and only there."""
+    like = torch.zeros(2, 3)
+    control = AdaptiveControl("psgld", PSGLDOptions(), 1.0, 100, 400, like, dense=False)
+    square = torch.tensor([[1e-4, 1e-2, 1.0], [1e-4, 1e-2, 1.0]])
+    control.gain_cap = torch.full((2, 3), 50.0)
+    runaway = torch.tensor([[False, True, False], [True, False, False]])
+    engine = SimpleNamespace(state=SimpleNamespace(square_average={"z": square}),
+                             monitor=SimpleNamespace(runaway=runaway))  # fmt: skip
+    before = control.unit_step(engine)  # min(1 / (1e-5 + sqrt V), 50): 50, ~10, ~1
+    assert control._shrink_runaway(engine).tolist() == [True, True]
+    after = control.unit_step(engine)
+    torch.testing.assert_close(after, torch.where(runaway, 0.1 * before, before))

@@ -733,18 +733,23 @@ class AdaptiveControl(StepControl):
         return True
 
     def _shrink_runaway(self, engine: EngineView) -> torch.Tensor | None:
-        """Divide the preconditioner of the coordinates that ran away by ten; return the
-        ``(C,)`` mask of chains that had one (``None`` when there is no such coordinate)."""
+        """Divide the preconditioner of the coordinates that ran away by ten (pSGLD: cap their
+        RMSprop gain at a tenth of what it is); return the ``(C,)`` mask of chains that had one
+        (``None`` when there is no such coordinate, or no preconditioner yet)."""
         runaway = engine.monitor.runaway
-        if runaway is None or self.fisher is None:
+        if runaway is None:
             return None
-        runaway = runaway.to(self.fisher.device)
+        runaway = runaway.to(self.step.device)
         if self.metric is not None:
             factor = torch.where(runaway, 0.1**0.5, 1.0).to(self.fisher.dtype)
             self.metric = self.metric.scaled(factor)
             self.fisher = self.metric.diagonal()
-        else:
+        elif self.fisher is not None:
             self.fisher = torch.where(runaway, 0.1 * self.fisher, self.fisher)
+        elif self.gain_cap is not None:
+            self.gain_cap = torch.where(runaway, 0.1 * self.unit_step(engine), self.gain_cap)
+        else:
+            return None
         return runaway.any(1)
 
     def end_warmup(self, engine: EngineView) -> None:
