@@ -266,6 +266,27 @@ def test_a_step_too_large_by_hand_is_never_silent_garbage(name, factor, driver):
     assert np.abs(error).max() < 10, f"silent garbage: {error} posterior sds off"
 
 
+@pytest.mark.slow
+def test_psgld_defaults_sample_a_conjugate_posterior_with_a_diagonal_capped_preconditioner():
+    """Above DENSE_LIMIT coordinates pSGLD keeps its RMSprop diagonal, capped per coordinate by
+    the warm-up (the cap is constant once it ends): the draws have the exact posterior's means
+    and variances within Monte Carlo error (plus the warm-up's bounded step bias)."""
+    x, y = regression_data(n=2000, d=120)
+    model = ConjugateLinearRegression()
+    mean, cov = model.posterior(x, y)
+    result = run_chains(PSGLD(model, batch_size=100, seed=3), x, y, num_chains=4,
+                        num_samples=200, warmup_steps=400)  # fmt: skip
+    draws = result.samples["w"].double().numpy()
+    assert not result.sample_stats["diverging"].any()
+    assert_mean_close(draws, mean, z=4.0)
+    variances = np.diag(cov)
+    flat = draws.reshape(-1, draws.shape[-1])
+    ess = effective_sample_size((draws - draws.mean((0, 1))) ** 2)
+    error = np.abs(flat.var(0) - variances)
+    # the standard error of a Gaussian variance is sqrt(2) var / sqrt(ESS)
+    assert np.all(error <= 4.0 * np.sqrt(2.0 / ess) * variances + 0.15 * variances)
+
+
 @pytest.mark.filterwarnings("ignore:run_chains.*not converged")
 def test_psgld_step_is_not_set_by_one_coordinate_and_none_steps_beyond_its_bound(monkeypatch):
     """pSGLD's adapted h is the 90th percentile over the coordinates of bound / RMSprop gain,

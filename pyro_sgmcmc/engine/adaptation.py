@@ -64,10 +64,10 @@ own RMSprop diagonal :math:`G` (frozen with the rest), capped per coordinate: :m
 each :math:`G_i` is capped at :math:`e_i / h`, so that no coordinate steps beyond its bound
 (90% of them step at it) while RMSprop sets the smaller steps of the rest. Taking the largest
 :math:`h` with :math:`h G_i \le e_i` in *every* coordinate instead lets one coordinate set the
-step of all:
-RMSprop's gain is :math:`1/\lambda` for a ReLU unit inactive on every row and too large for a
-stiff output weight, and on a 50-unit regression network that gave :math:`h \approx 10^{-10}`,
-100-300 times below the median coordinate's bound (chains all but frozen).
+step of all: RMSprop's gain is :math:`1/\lambda` for a ReLU unit inactive on every row and too
+large for a stiff output weight, and on a 50-unit regression network that gave
+:math:`h \approx 10^{-10}`-:math:`10^{-9}`, 40-1,300 times below the median coordinate's
+:math:`e_i / G_i` (chains all but frozen).
 
 This module is one job, the warm-up's step control (:class:`AdaptiveControl`), kept whole so
 its phases read in the order they run; the dense preconditioner it may switch to lives in
