@@ -16,6 +16,8 @@ import pyro.distributions as dist
 import pytest
 import torch
 from pyro.infer import MCMC
+from pyro.nn import PyroModule, PyroSample
+from torch import nn
 from stats_helpers import (
     assert_mean_close,
     effective_sample_size,
@@ -39,6 +41,7 @@ from pyro_sgmcmc.engine.thinning import (
     warmup_steps_per_draw,
 )
 from pyro_sgmcmc.errors import SamplerWarning
+from pyro_sgmcmc.models.structure import has_hidden_units
 
 
 def normal_mean(y):
@@ -257,3 +260,63 @@ def test_a_network_is_judged_on_its_outputs():
     report = convergence_report(idata)
     assert report.verdict.basis == "f(x)"
     assert report.num_draws == 20 and ESS_PER_CHAIN == 100
+
+
+@pytest.mark.parametrize(
+    ("shapes", "network"),
+    [
+        ({"fc1.weight": (32, 4), "fc1.bias": (32,), "fc2.weight": (1, 32), "fc2.bias": (1,)}, True),
+        ({"w1": (4, 32), "w2": (32, 1), "sigma": ()}, True),  # (inputs, hidden) convention
+        ({"w1": (16, 8), "w2": (8, 16), "w3": (3, 8)}, True),
+        ({"linear.weight": (1, 3), "linear.bias": (1,), "sigma": ()}, False),  # Pyro's regression
+        ({"weight": (5, 3), "bias": (5,)}, False),  # multi-output regression
+        ({"effects": (8, 3), "mean": (1, 3)}, False),  # random effects and their mean: no chain
+        ({"a": (3, 4), "b": (5, 6)}, False),  # two matrices that cannot be stacked
+        ({"w1": (1, 4), "w2": (1, 1)}, False),  # a hidden layer of one unit cannot be permuted
+        ({"fc1.weight": (8, 1), "fc2.weight": (1, 8)}, True),  # one input, one output
+    ],
+)
+def test_networks_are_told_by_stacked_weight_shapes(shapes, network):
+    assert has_hidden_units(lambda: None, shapes) is network
+
+
+def test_a_network_says_what_it_is_whatever_its_shapes():
+    def model():
+        pass
+
+    model.function_space = False
+    assert not has_hidden_units(model, {"w1": (4, 32), "w2": (32, 1)})
+    model.function_space = True
+    assert has_hidden_units(model, {"w": (4,)})
+
+
+class TutorialBNN(PyroModule):
+    """Pyro's tutorial network, written as its docs write it (weights ``(out, in)``)."""
+
+    def __init__(self, hidden: int = 8) -> None:
+        super().__init__()
+        self.fc1 = PyroModule[nn.Linear](1, hidden)
+        self.fc1.weight = PyroSample(dist.Normal(0.0, 1.0).expand([hidden, 1]).to_event(2))
+        self.fc1.bias = PyroSample(dist.Normal(0.0, 1.0).expand([hidden]).to_event(1))
+        self.fc2 = PyroModule[nn.Linear](hidden, 1)
+        self.fc2.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, hidden]).to_event(2))
+        self.fc2.bias = PyroSample(dist.Normal(0.0, 1.0).expand([1]).to_event(1))
+
+    def forward(self, x, y=None):
+        sigma = pyro.sample("sigma", dist.Uniform(0.0, 10.0))
+        mean = self.fc2(torch.tanh(self.fc1(x))).squeeze(-1)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(mean, sigma), obs=y)
+        return mean
+
+
+def test_a_users_pyro_module_network_is_judged_on_its_outputs():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.linspace(-1, 1, 64).unsqueeze(-1)
+    y = torch.sin(3 * x.squeeze(-1)) + 0.1 * torch.randn(64, generator=generator)
+    result = run_chains(SGHMC(TutorialBNN(), batch_size=16, num_steps_per_sample=2, seed=0), x, y,
+                        num_chains=2, num_samples=20, warmup_steps=40, target_ess=None)  # fmt: skip
+    assert result.verdict.basis == "f(x)"
+    idata = to_inference_data(result, test=(x[:5],))
+    assert idata.posterior.attrs["function_space"] == 1
+    assert convergence_report(idata).verdict.basis == "f(x)"

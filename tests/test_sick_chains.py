@@ -12,11 +12,11 @@ import torch
 from pyro.infer import MCMC
 from pyro_tutorial_models import BayesianRegression
 
-from pyro_sgmcmc import SGHMC, SGLD
+from pyro_sgmcmc import SGHMC, SGLD, run_chains
 from pyro_sgmcmc.engine import prepare_chains
 from pyro_sgmcmc.engine.fit_check import MARGIN, Z, check_fit
 from pyro_sgmcmc.engine.fit_recovery import FitRecovery
-from pyro_sgmcmc.engine.health import FROZEN, check_draws
+from pyro_sgmcmc.engine.health import FROZEN, TREND, check_draws, trend_ratios
 from pyro_sgmcmc.errors import SamplerWarning
 from pyro_sgmcmc.models.structure import inspect_model
 
@@ -122,6 +122,71 @@ def test_a_chain_that_did_not_move_at_all_gets_one_message():
     draws = {"w": torch.zeros(1, 20, 3)}
     messages = check_draws(draws, None, 1.0, [0], posterior_scales={"w": torch.ones(1, 3)})
     assert len(messages) == 1 and "did not move during sampling (largest" in messages[0]
+
+
+def _autoregressive(num_draws: int, rho: float, generator: torch.Generator) -> torch.Tensor:
+    """A stationary AR(1) series of unit variance with lag-one autocorrelation ``rho``."""
+    noise = torch.randn(num_draws, generator=generator, dtype=torch.float64)
+    series = torch.empty(num_draws, dtype=torch.float64)
+    series[0] = noise[0]
+    for s in range(1, num_draws):
+        series[s] = rho * series[s - 1] + (1 - rho**2) ** 0.5 * noise[s]
+    return series
+
+
+def test_a_scalar_site_still_trending_is_named_and_a_stationary_one_is_not():
+    generator = torch.Generator().manual_seed(3)
+    # chain 0 stationary (autocorrelation 0.5); chain 1 the log noise precision of the
+    # 12,000-row SGHMC run that was still fitting: 2.16 -> 2.53 with draw-to-draw jitter 0.02
+    stationary = 2.7 + 0.1 * _autoregressive(100, 0.5, generator)
+    drifting = torch.linspace(2.09, 2.56, 100, dtype=torch.float64)
+    drifting = drifting + 0.02 * torch.randn(100, generator=generator, dtype=torch.float64)
+    draws = {
+        "noise_precision": torch.stack([stationary, drifting]).float(),
+        # a network's weights drift in every run (hidden units wander): not judged
+        "w": torch.linspace(0, 5, 100).expand(2, 3, 100).movedim(-1, 1).contiguous(),
+    }
+    ratios = trend_ratios(draws)
+    assert set(ratios) == {"noise_precision"}
+    assert float(ratios["noise_precision"][2, 0]) < 2 < TREND < float(ratios["noise_precision"][2, 1])
+    messages = check_draws(draws, None, 1.0, [4, 5])
+    assert len(messages) == 1
+    assert messages[0].startswith("chain 5 is still trending: site 'noise_precision' moved")
+    first, last, ratio = ratios["noise_precision"][:, 1].tolist()
+    assert abs(first - 2.15) < 0.02 and abs(last - 2.5) < 0.02
+    assert f"mean of {first:.4g} over the first quarter of its kept draws to {last:.4g}" in messages[0]
+    assert f"{ratio:.0f} times its draw-to-draw fluctuation" in messages[0]
+    # too few draws to tell (fewer than five per quarter)
+    assert check_draws({"noise_precision": draws["noise_precision"][:, :19]}, None, 1.0, [4, 5]) == []
+
+
+def test_a_slowly_mixing_stationary_chain_is_not_called_trending():
+    generator = torch.Generator().manual_seed(4)
+    # autocorrelation time 19 draws in a run of 200: slow, stationary, not trending
+    series = torch.stack([_autoregressive(200, 0.9, generator) for _ in range(8)])
+    ratios = trend_ratios({"sigma": series.float()})["sigma"][2]
+    assert float(ratios.max()) < TREND / 2
+
+
+def _normal_mean(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+
+
+@pytest.mark.parametrize("step_size", [2e-5, None], ids=["creeping", "adaptive"])
+def test_a_run_still_on_its_way_warns_that_it_is_trending_and_a_sampled_one_does_not(step_size):
+    y = 3.0 + torch.randn(200, generator=torch.Generator().manual_seed(1))
+    kernel = SGLD(_normal_mean, batch_size=50, num_steps_per_sample=5, seed=0, step_size=step_size)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_chains(kernel, y, num_chains=2, num_samples=40, target_ess=None,
+                   warmup_steps=100 if step_size is None else 10)  # fmt: skip
+    trending = [str(w.message) for w in caught if "is still trending" in str(w.message)]
+    if step_size is None:
+        assert trending == []
+    else:  # a step 50 times too small creeps from the prior's start towards mu ~ 3
+        assert [m[:36] for m in trending] == [f"chain {c} is still trending: site 'mu'" for c in (0, 1)]
 
 
 @pytest.mark.parametrize("kernel", [SGLD, SGHMC], ids=lambda k: k.__name__)

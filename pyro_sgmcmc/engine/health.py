@@ -14,6 +14,24 @@ whole and warn (:class:`SamplerWarning`):
   :math:`\sigma_i` takes about :math:`1/(e_i H_{ii})` steps of size :math:`e_i`; a spread of
   :math:`10^{-3}\sigma_i` over the run means :math:`e_i H_{ii}` times the run's length is below
   about :math:`10^{-6}`;
+* **a chain still trending**: a scalar site (one coordinate: a noise scale, a prior scale, an
+  output bias) whose mean over the last quarter of a chain's kept draws (at least
+  :data:`TREND_MIN_DRAWS`) differs from its mean over the first quarter by more than
+  :data:`TREND` times its draw-to-draw fluctuation -- the comparison of early and late
+  segments of Geweke (1992), *Evaluating the accuracy of sampling-based approaches to the
+  calculation of posterior moments*, measured against the successive-difference scale of von
+  Neumann (1941), *Distribution of the ratio of the mean square successive difference to the
+  variance*, which a drift does not inflate as it inflates the variance. A stationary chain's
+  quarters differ by about :math:`\sqrt{2\tau/q}` of its standard deviation (:math:`q`
+  draws per quarter, :math:`\tau` its autocorrelation time), far below the bound unless
+  :math:`\tau` is as long as the run; a chain still on its way to the posterior (its fit
+  still improving, a noise precision still rising) moves further between the quarters than
+  between any two draws. A slowly mixing chain sampled far more finely than it decorrelates
+  (one gradient step per draw) can pass that bound too, so where the warm-up measured the
+  site's posterior standard deviation :math:`\sigma` the site must also have moved more than
+  :data:`TREND` :math:`\sigma` -- further than a chain in its typical set goes unless its
+  posterior correlations exceed about 0.95. The verdict (R-hat, ESS) cannot tell a drifting
+  chain from a slowly mixing one when every chain of a network mixes slowly in :math:`f(x)`;
 * **a chain that is too hot**: its configurational temperature
   (:class:`~pyro_sgmcmc.engine.virial.VirialMeter`) over the sampling phase exceeds
   :math:`1.5\,T` by four standard errors -- a step size too large for the curvature, or gradient
@@ -36,8 +54,22 @@ from pyro import poutine
 from ..errors import SamplerWarning
 from ..models.structure import DataPlate
 
-__all__ = ["FROZEN", "FROZEN_MIN_DRAWS", "check_classifier", "check_draws", "warn_all"]
+__all__ = [
+    "FROZEN",
+    "FROZEN_MIN_DRAWS",
+    "TREND",
+    "TREND_MIN_DRAWS",
+    "check_classifier",
+    "check_draws",
+    "warn_all",
+]
 
+#: A scalar site whose last-quarter mean differs from its first-quarter mean by more than this
+#: many times its draw-to-draw fluctuation (root mean square successive difference over
+#: :math:`\sqrt 2`) is reported as still trending.
+TREND = 10.0
+#: ... when there are at least this many kept draws (five per quarter).
+TREND_MIN_DRAWS = 20
 #: A coordinate whose kept draws spread less than this fraction of its posterior standard
 #: deviation (as the warm-up measured it) is reported as frozen.
 FROZEN = 1e-3
@@ -59,8 +91,8 @@ def check_draws(
     chain_ids: list[int],
     posterior_scales: Mapping[str, torch.Tensor] | None = None,
 ) -> list[str]:
-    """Messages about chains or coordinates that did not move, and chains that ran too hot
-    (see the module docstring).
+    """Messages about chains or coordinates that did not move, chains still trending, and
+    chains that ran too hot (see the module docstring).
 
     Parameters
     ----------
@@ -96,6 +128,7 @@ def check_draws(
             )
     if posterior_scales is not None:
         messages += _frozen_coordinates(draws, posterior_scales, chain_ids, skip=still)
+    messages += _trending_sites(draws, chain_ids, still, posterior_scales or {})
     if virial is not None:
         value, error, hot = virial
         for index in hot.nonzero().flatten().tolist():
@@ -143,6 +176,64 @@ def _frozen_coordinates(
                 "another seed"
             )
     return messages
+
+
+def trend_ratios(draws: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per scalar site with at least :data:`TREND_MIN_DRAWS` draws, a ``(3, C)`` stack: the
+    first- and last-quarter means of each chain's draws and their difference in draw-to-draw
+    fluctuations (the largest float for a chain that moved in one direction only, 0 for one
+    that did not move)."""
+    ratios = {}
+    for name, value in draws.items():
+        if value.shape[1] < TREND_MIN_DRAWS or value[0, 0].numel() != 1:
+            continue
+        series = value.reshape(value.shape[0], -1).double()
+        quarter = series.shape[1] // 4
+        first, last = series[:, :quarter].mean(1), series[:, -quarter:].mean(1)
+        jitter = (series.diff(dim=1).square().mean(1) / 2).sqrt()
+        ratio = (last - first).abs() / jitter
+        ratios[name] = torch.stack([first, last, ratio.nan_to_num(0.0)])
+    return ratios
+
+
+def _trending_sites(
+    draws: Mapping[str, torch.Tensor],
+    chain_ids: list[int],
+    skip: set[int],
+    scales: Mapping[str, torch.Tensor],
+) -> list[str]:
+    """One message per chain with a scalar site still trending (the site furthest past
+    :data:`TREND`, and how many others are); a site whose posterior standard deviation the
+    warm-up measured must also have moved :data:`TREND` of them."""
+    messages = []
+    ratios = trend_ratios(draws)
+    for chain in range(len(chain_ids)):
+        found = {}
+        for name, (first, last, ratio) in ratios.items():
+            scale = scales.get(name)
+            moved = abs(float(last[chain] - first[chain]))
+            if scale is not None and moved <= TREND * float(scale[chain].reshape(-1)[0]):
+                continue
+            if float(ratio[chain]) > TREND and chain not in skip:
+                found[name] = (float(first[chain]), float(last[chain]), float(ratio[chain]))
+        if found:
+            messages.append(_trending_message(chain_ids[chain], found))
+    return messages
+
+
+def _trending_message(chain_id: int, found: Mapping[str, tuple[float, float, float]]) -> str:
+    name, (first, last, ratio) = max(found.items(), key=lambda item: item[1][2])
+    count = len(found) - 1
+    others = f" (and {count} other scalar site{'s' * (count > 1)})" if count else ""
+    return (
+        f"chain {chain_id} is still trending: site {name!r}{others} moved from a mean of "
+        f"{first:.4g} over the first quarter of its kept draws to {last:.4g} over the last "
+        f"(unconstrained), {ratio:.0f} times its draw-to-draw fluctuation (bound {TREND:g}). "
+        "The chain has not reached a stationary state -- it is still on its way to the "
+        "posterior, or mixes far more slowly than the run is long -- so its draws are not yet "
+        "from the posterior. Give more warm-up draws, or draw more "
+        "(run_chains(..., target_ess=...))"
+    )
 
 
 def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:

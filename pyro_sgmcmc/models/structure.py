@@ -269,15 +269,27 @@ def has_hidden_units(model: Any, site_shapes: Mapping[str, Sequence[int]]) -> bo
 
     A model says so itself with a boolean attribute ``function_space`` (as
     :class:`~pyro_sgmcmc.nn.BayesianMLP` and :class:`~pyro_sgmcmc.nn.LeNet5` do); otherwise it
-    is a network when two or more of its latent sites are weight tensors (at least two
-    dimensions, each of size two or more): stacked layers, whose units in between can be
-    permuted.
+    is a network when two of its latent sites are weight tensors that chain as layers: a
+    trailing size of one, two or more, is the other's other trailing size (the hidden width:
+    ``(hidden, inputs)`` then ``(outputs, hidden)``, or transposed), as in Pyro's tutorial
+    network of ``PyroModule[nn.Linear]`` layers, and not in a regression's ``(outputs,
+    features)`` weight with its ``(outputs,)`` bias. An output weight ``(hidden,)`` cannot be
+    told from a multi-output regression by shapes: set ``function_space`` where they misjudge.
     """
     flag = getattr(model, "function_space", None)
     if isinstance(flag, bool):
         return flag
-    weights = [shape for shape in site_shapes.values() if len(shape) >= 2 and min(shape[-2:]) >= 2]
-    return len(weights) >= 2
+    weights = [tuple(shape) for shape in site_shapes.values() if len(shape) >= 2]
+    return any(
+        _feeds(first, second)
+        for i, first in enumerate(weights)
+        for second in weights[i + 1 :]
+    )
+
+
+def _feeds(first: tuple[int, ...], second: tuple[int, ...]) -> bool:
+    """Whether weights ``first`` and ``second`` chain as layers (see :func:`has_hidden_units`)."""
+    return 2 <= first[-2] == second[-1] or 2 <= first[-1] == second[-2]
 
 
 def _plate_names(trace: Trace) -> list[str]:
