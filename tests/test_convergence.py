@@ -17,11 +17,11 @@ import pytest
 import torch
 from pyro.infer import MCMC
 from pyro.nn import PyroModule, PyroSample
-from torch import nn
 from stats_helpers import (
     assert_mean_close,
     effective_sample_size,
 )
+from torch import nn
 
 from pyro_sgmcmc import SGHMC, SGLD, BayesianMLP, run_chains, to_inference_data
 from pyro_sgmcmc.analysis.diagnostics import (

@@ -148,16 +148,21 @@ def test_a_scalar_site_still_trending_is_named_and_a_stationary_one_is_not():
     }
     ratios = trend_ratios(draws)
     assert set(ratios) == {"noise_precision"}
-    assert float(ratios["noise_precision"][2, 0]) < 2 < TREND < float(ratios["noise_precision"][2, 1])
+    ratio_stationary, ratio_drifting = ratios["noise_precision"][2].tolist()
+    assert ratio_stationary < 2 < TREND < ratio_drifting
     messages = check_draws(draws, None, 1.0, [4, 5])
     assert len(messages) == 1
     assert messages[0].startswith("chain 5 is still trending: site 'noise_precision' moved")
     first, last, ratio = ratios["noise_precision"][:, 1].tolist()
     assert abs(first - 2.15) < 0.02 and abs(last - 2.5) < 0.02
-    assert f"mean of {first:.4g} over the first quarter of its kept draws to {last:.4g}" in messages[0]
+    assert (
+        f"mean of {first:.4g} over the first quarter of its kept draws to {last:.4g}"
+        in (messages[0])
+    )
     assert f"{ratio:.0f} times its draw-to-draw fluctuation" in messages[0]
     # too few draws to tell (fewer than five per quarter)
-    assert check_draws({"noise_precision": draws["noise_precision"][:, :19]}, None, 1.0, [4, 5]) == []
+    few = {"noise_precision": draws["noise_precision"][:, :19]}
+    assert check_draws(few, None, 1.0, [4, 5]) == []
 
 
 def test_a_slowly_mixing_stationary_chain_is_not_called_trending():
@@ -186,7 +191,8 @@ def test_a_run_still_on_its_way_warns_that_it_is_trending_and_a_sampled_one_does
     if step_size is None:
         assert trending == []
     else:  # a step 50 times too small creeps from the prior's start towards mu ~ 3
-        assert [m[:36] for m in trending] == [f"chain {c} is still trending: site 'mu'" for c in (0, 1)]
+        expected = [f"chain {c} is still trending: site 'mu'" for c in (0, 1)]
+        assert [m[:36] for m in trending] == expected
 
 
 @pytest.mark.parametrize("kernel", [SGLD, SGHMC], ids=lambda k: k.__name__)

@@ -281,9 +281,7 @@ def has_hidden_units(model: Any, site_shapes: Mapping[str, Sequence[int]]) -> bo
         return flag
     weights = [tuple(shape) for shape in site_shapes.values() if len(shape) >= 2]
     return any(
-        _feeds(first, second)
-        for i, first in enumerate(weights)
-        for second in weights[i + 1 :]
+        _feeds(first, second) for i, first in enumerate(weights) for second in weights[i + 1 :]
     )
 
 
