@@ -161,6 +161,12 @@ def test_a_scalar_site_still_trending_is_named_and_a_stationary_one_is_not():
     )
     assert f"{ratio:.0f} times its draw-to-draw fluctuation" in messages[0]
     # too few draws to tell (fewer than five per quarter)
+    # in a network only the sites of shape () are judged: its output bias (one element) is not
+    # identified, and drifts in healthy chains
+    bias = {"layers.1.bias": draws["noise_precision"].unsqueeze(-1)}
+    assert len(check_draws(bias, None, 1.0, [4, 5])) == 1
+    assert check_draws(bias, None, 1.0, [4, 5], network=True) == []
+    assert len(check_draws(draws, None, 1.0, [4, 5], network=True)) == 1
     few = {"noise_precision": draws["noise_precision"][:, :19]}
     assert check_draws(few, None, 1.0, [4, 5]) == []
 

@@ -179,9 +179,11 @@ class PreparedChains:
         virial = None if found is None else (*found, engine.virial.too_hot(engine.temperature))
         scale = engine.control.posterior_scale()
         scales = None if scale is None else engine.layout.unflatten(scale)
+        network = has_hidden_units(self.structure.model, {n: v.shape[2:] for n, v in draws.items()})
         return check_draws(
-            draws, virial, engine.temperature, engine.monitor.chain_ids, posterior_scales=scales
-        )
+            draws, virial, engine.temperature, engine.monitor.chain_ids, posterior_scales=scales,
+            network=network,
+        )  # fmt: skip
 
     def constrain(self, values: Mapping[str, torch.Tensor]) -> TensorDict:
         """Constrained values of unconstrained ones (any number of leading dimensions)."""

@@ -15,7 +15,7 @@ whole and warn (:class:`SamplerWarning`):
   :math:`10^{-3}\sigma_i` over the run means :math:`e_i H_{ii}` times the run's length is below
   about :math:`10^{-6}`;
 * **a chain still trending**: a scalar site (one coordinate: a noise scale, a prior scale, an
-  output bias) whose mean over the last quarter of a chain's kept draws (at least
+  intercept) whose mean over the last quarter of a chain's kept draws (at least
   :data:`TREND_MIN_DRAWS`) differs from its mean over the first quarter by more than
   :data:`TREND` times its draw-to-draw fluctuation -- the comparison of early and late
   segments of Geweke (1992), *Evaluating the accuracy of sampling-based approaches to the
@@ -30,8 +30,13 @@ whole and warn (:class:`SamplerWarning`):
   (one gradient step per draw) can pass that bound too, so where the warm-up measured the
   site's posterior standard deviation :math:`\sigma` the site must also have moved more than
   :data:`TREND` :math:`\sigma` -- further than a chain in its typical set goes unless its
-  posterior correlations exceed about 0.95. The verdict (R-hat, ESS) cannot tell a drifting
-  chain from a slowly mixing one when every chain of a network mixes slowly in :math:`f(x)`;
+  posterior correlations exceed about 0.95. In a network only the sites of shape ``()`` (noise
+  and prior scales) are checked: its weights and biases -- the output bias too, a tensor of
+  one element -- are not identified (a shift of the output bias is taken up by the hidden
+  units), and on the 5,000-row regression family the output bias of 6 of 20 healthy SGHMC
+  chains drifted past both bounds while the fit stayed put. The verdict (R-hat, ESS) cannot
+  tell a drifting chain from a slowly mixing one when every chain of a network mixes slowly in
+  :math:`f(x)`;
 * **a chain that is too hot**: its configurational temperature
   (:class:`~pyro_sgmcmc.engine.virial.VirialMeter`) over the sampling phase exceeds
   :math:`1.5\,T` by four standard errors -- a step size too large for the curvature, or gradient
@@ -90,6 +95,7 @@ def check_draws(
     temperature: float,
     chain_ids: list[int],
     posterior_scales: Mapping[str, torch.Tensor] | None = None,
+    network: bool = False,
 ) -> list[str]:
     """Messages about chains or coordinates that did not move, chains still trending, and
     chains that ran too hot (see the module docstring).
@@ -109,6 +115,9 @@ def check_draws(
     posterior_scales:
         Per moving site, ``(C, ...)`` posterior standard deviations of its coordinates as the
         warm-up measured them (``None``: unknown, no per-coordinate check).
+    network:
+        Whether the model is a network with hidden units: then only its sites of shape ``()``
+        are checked for a trend, not its weights and biases (see the module docstring).
     """
     messages = []
     still = set()
@@ -128,7 +137,8 @@ def check_draws(
             )
     if posterior_scales is not None:
         messages += _frozen_coordinates(draws, posterior_scales, chain_ids, skip=still)
-    messages += _trending_sites(draws, chain_ids, still, posterior_scales or {})
+    judged = {n: v for n, v in draws.items() if not network or v.dim() == 2}
+    messages += _trending_sites(judged, chain_ids, still, posterior_scales or {})
     if virial is not None:
         value, error, hot = virial
         for index in hot.nonzero().flatten().tolist():
