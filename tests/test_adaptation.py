@@ -35,6 +35,7 @@ from pyro_sgmcmc.engine.adaptation import (
     MINIMUM_WARMUP_STEPS,
     PSGLD_STEP_QUANTILE,
     SCHEDULE,
+    SITE_CAP,
     AdaptiveControl,
 )
 from pyro_sgmcmc.errors import SamplerDivergedError, SamplerWarning
@@ -334,3 +335,29 @@ def test_a_psgld_coordinate_that_ran_away_gets_a_tenth_of_its_gain():
     assert control._shrink_runaway(engine).tolist() == [True, True]
     after = control.unit_step(engine)
     torch.testing.assert_close(after, torch.where(runaway, 0.1 * before, before))
+
+
+def test_the_site_cap_is_the_median_of_the_coordinates_the_data_reach():
+    """A site whose coordinates are mostly out of the data's reach (the weights of ReLU units
+    off on every row: no gradient noise, only the prior's curvature) steps at most
+    ``SITE_CAP`` times the median of its reached coordinates -- with the median over all of
+    them, a dead coordinate's, those steps were thousands of times the live ones' on LeNet-5;
+    a site the data do not reach at all keeps the median of all its coordinates."""
+    live = torch.tensor([1e-4, 2e-4, 3e-4])
+    # chain 0: site "w" with 7 of 10 coordinates unreached; site "s" (2) unreached entirely
+    allowed = torch.cat([live, torch.full((7,), 0.05), torch.tensor([1.0, 3.0])])
+    noise = torch.cat([torch.ones(3), torch.zeros(7), torch.zeros(2)])
+    # chain 1: every coordinate of "w" reached, one of them far above the rest
+    allowed_1 = torch.cat([torch.full((9,), 1e-3), torch.tensor([1.0, 1.0, 3.0])])
+    engine = SimpleNamespace(layout=SimpleNamespace(sizes=[10, 2]))
+    capped = AdaptiveControl._site_cap(
+        engine, torch.stack([allowed, allowed_1]), torch.stack([noise, torch.ones(12)])
+    )
+    cap = SITE_CAP * 2e-4
+    assert capped[0, :3].tolist() == live.tolist()  # the reached steps are below the cap
+    torch.testing.assert_close(capped[0, 3:10], torch.full((7,), cap))
+    torch.testing.assert_close(capped[0, 10:], torch.tensor([1.0, 3.0]))  # median 1, cap 4
+    torch.testing.assert_close(
+        capped[1, :10], torch.cat([torch.full((9,), 1e-3), torch.tensor([SITE_CAP * 1e-3])])
+    )
+    torch.testing.assert_close(capped[1, 10:], torch.tensor([1.0, 3.0]))

@@ -41,7 +41,7 @@ from pyro_sgmcmc.engine.thinning import (
     warmup_steps_per_draw,
 )
 from pyro_sgmcmc.errors import SamplerWarning
-from pyro_sgmcmc.models.structure import has_hidden_units
+from pyro_sgmcmc.models.hidden_units import has_hidden_units
 
 
 def normal_mean(y):

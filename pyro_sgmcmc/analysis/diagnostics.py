@@ -11,7 +11,7 @@ al. (2021):
 
 * a model whose parameters are identified: :math:`\hat R \le` :data:`RHAT_BOUND` (1.01) and
   bulk and tail ESS :math:`\ge` :data:`ESS_PER_CHAIN` (100) per chain, over every parameter;
-* a network (hidden units that can be permuted: :func:`~pyro_sgmcmc.models.structure.
+* a network (hidden units that can be permuted: :func:`~pyro_sgmcmc.models.hidden_units.
   has_hidden_units`): its weights are not identified -- two chains in modes that differ only by
   a permutation of units give a weight-space :math:`\hat R` far above 1 while they agree on
   every prediction -- so it is judged in function space, on its outputs :math:`f(x)` at fixed

@@ -20,7 +20,8 @@ import xarray as xr
 from pyro.infer import MCMC
 
 from .._validation import as_tensor_arguments, check_positive_int
-from ..models.structure import has_hidden_units, with_global_sites
+from ..models.hidden_units import has_hidden_units
+from ..models.structure import with_global_sites
 from ..variational.svi import SVIResult, global_param_mode
 from .export_checks import (
     _check_draws_match_model,

@@ -3,7 +3,7 @@ r"""A run's verdict from its draws: parameters for identified models, outputs fo
 :func:`run_verdict` judges the draws of a run (:func:`~pyro_sgmcmc.run_chains`, or the chains a
 ``pyro.infer.MCMC`` kernel has run) with :func:`~pyro_sgmcmc.analysis.diagnostics.judge`: on every
 parameter for a model whose parameters are identified, and for a network
-(:func:`~pyro_sgmcmc.models.structure.has_hidden_units`) on its outputs :math:`f(x)` -- the
+(:func:`~pyro_sgmcmc.models.hidden_units.has_hidden_units`) on its outputs :math:`f(x)` -- the
 model's return value, or its site ``output`` -- at up to :data:`OUTPUT_ROWS` training rows spread
 over the data (:class:`OutputDraws`, which evaluates each draw once however often the run is
 judged).
@@ -19,7 +19,8 @@ import torch
 import xarray as xr
 from pyro import poutine
 
-from ..models.structure import DataPlate, has_hidden_units, spread_rows
+from ..models.hidden_units import has_hidden_units
+from ..models.structure import DataPlate, spread_rows
 from .diagnostics import Verdict, judge, worst_statistics
 
 __all__ = ["OUTPUT_ROWS", "OutputDraws", "run_verdict"]

@@ -29,13 +29,13 @@ from ..dynamics.registry import Algorithm
 from ..errors import ModelContractError
 from ..models.conjugate import find_normal_gamma_updates
 from ..models.gibbs import GibbsUpdate
+from ..models.hidden_units import has_hidden_units
 from ..models.potential_choice import make_potential
 from ..models.potentials import Potential
 from ..models.structure import (
     ModelStructure,
     check_finite_data,
     check_plate_fits_data,
-    has_hidden_units,
     inspect_model,
     resolve_batch_size,
     spread_rows,

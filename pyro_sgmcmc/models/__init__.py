@@ -9,6 +9,7 @@ exact conditionals for Gibbs steps, and :mod:`.initialization` chooses where cha
 module                     job
 =========================  ===================================================================
 :mod:`.structure`          the contract: latent sites, the data plate, restricting a model to rows
+:mod:`.hidden_units`       whether a model is a network judged on its outputs (site shapes)
 :mod:`.contract_checks`    contract checks that name the fault: observation shapes, priors, plates
 :mod:`.potentials`         minibatch potentials: closed-form gradient, batched ``log_joint``, trace
 :mod:`.functional_potential`the fast path for any Pyro model: one light handler, chains at once
