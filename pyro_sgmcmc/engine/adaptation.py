@@ -674,9 +674,7 @@ class AdaptiveControl(StepControl):
             reached = spread > UNREACHED * spread.amax(1, keepdim=True)
             # per chain: the median over the reached coordinates (all, if none is)
             reached = reached | ~reached.any(1, keepdim=True)
-            median = torch.stack(
-                [row[mask].median() for row, mask in zip(part, reached, strict=True)]
-            ).unsqueeze(1)
+            median = part.where(reached, torch.nan).nanmedian(1, keepdim=True).values
             capped.append(torch.minimum(part, SITE_CAP * median))
         return torch.cat(capped, 1)
 
