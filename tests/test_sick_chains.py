@@ -314,12 +314,9 @@ def test_fit_recovery_needs_enough_steps_and_skips_a_checkpoint_without_levels()
     assert recovery.collapsed(6) is None and recovery.returns == []
 
 
-@pytest.mark.parametrize("kernel", [SGLD, SGHMC])
-def test_a_chain_stuck_off_its_fit_in_the_first_window_is_sent_back_to_the_descent_end(kernel):
-    """End to end: chain 1 is held where it fits nothing (every weight 0, sigma 5) over the
-    first window's last quarter; at the window's end it is put back where the descent left it
-    (its milestone); chain 0 is left alone, and warm-up says what happened."""
-    x, y = _regression_data()
+def _hold_chain_one_off_its_fit(kernel, x, y, before_the_window_ends=None):
+    """Two chains warming up; chain 1 is held where it fits nothing (every weight 0, sigma 5)
+    over the first window's last quarter, until that window ends."""
     pyro.clear_param_store()
     sampler = kernel(BayesianRegression(3), batch_size=50, seed=3)
     chains = prepare_chains(sampler.settings, sampler.rule, sampler.options, sampler.model,
@@ -332,7 +329,20 @@ def test_a_chain_stuck_off_its_fit_in_the_first_window_is_sent_back_to_the_desce
             moved = engine.position.clone()
             moved[1] = 0.0
             engine.return_to(stuck, moved, engine.fixed)
+        if engine.t == window_end - 1 and before_the_window_ends is not None:
+            before_the_window_ends(control)
         engine.step()
+    return chains
+
+
+@pytest.mark.parametrize("kernel", [SGLD, SGHMC])
+def test_a_chain_stuck_off_its_fit_in_the_first_window_is_sent_back_to_the_descent_end(kernel):
+    """End to end: chain 1 is held where it fits nothing (every weight 0, sigma 5) over the
+    first window's last quarter; at the window's end it is put back where the descent left it
+    (its milestone); chain 0 is left alone, and warm-up says what happened."""
+    x, y = _regression_data()
+    chains = _hold_chain_one_off_its_fit(kernel, x, y)
+    engine, control = chains.engine, chains.engine.control
     _, descent_end, _ = control.milestones[0]
     assert torch.equal(engine.position[1], descent_end[1])
     assert not torch.equal(engine.position[0], descent_end[0])
@@ -352,3 +362,25 @@ def test_a_healthy_warmup_sends_no_chain_back():
     for _ in range(60):
         chains.engine.draw()
     assert chains.engine.control.recovery.returns == []
+
+
+@pytest.mark.parametrize("diverged", [False, True])
+def test_a_chain_sent_back_keeps_the_window_measurements_unless_it_diverged(diverged):
+    """A chain that heated up without diverging was stepping too far for where sampling took
+    it (tutorial 6's digits network: steps measured at an over-fitted mode, where the
+    likelihood is flat): it goes back with the window's measurements, which shrink its step,
+    or the same steps would send it off again. One that diverged drops them (a runaway
+    cascade's probes would freeze it)."""
+    start = []
+
+    def before_the_window_ends(control):
+        start.extend(s.clone() for s in control.window_start_sums[:3])
+        control.window_diverged[1] = diverged
+
+    x, y = _regression_data()
+    chains = _hold_chain_one_off_its_fit(SGHMC, x, y, before_the_window_ends)
+    control = chains.engine.control
+    assert [c for c, *_ in control.recovery.returns] == [1]
+    halved = [0.5 * s[1] for s in start]  # the window-start sums, decayed at the window end
+    kept = [control.noise_sum[1], control.curvature_sum[1], control.probes[1]]
+    assert all(torch.equal(a, b) for a, b in zip(kept, halved, strict=True)) == diverged

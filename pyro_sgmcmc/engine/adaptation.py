@@ -391,9 +391,14 @@ class AdaptiveControl(StepControl):
 
     def _recover_fits(self, engine: EngineView) -> None:
         """Put the chains whose fit collapsed since their best milestone back there
-        (:mod:`.fit_recovery`); the window's measurements are dropped for them, as after a
-        divergence (the collapse's probes would freeze the chain), but the step is not halved
-        for it: the cascade's own divergences did that where they happened."""
+        (:mod:`.fit_recovery`). The step is not halved for it: a cascade's own divergences did
+        that where they happened, and :meth:`_end_window` drops the window's measurements of a
+        chain that diverged. A chain that collapsed without diverging heated up steadily: its
+        steps, measured at an over-fitted mode where the likelihood is flat, were too large
+        for where sampling took it (a 64-50-10 ``tanh`` network on the digits: the potential
+        rose from 3,600 to 21,000 in the first window). It keeps the window's measurements,
+        which shrink its steps (30-fold there); without them it went back to the same steps
+        and collapsed again in the next window."""
         found = self.recovery.collapsed(engine.t)
         if found is not None:
             mask, best = found
@@ -530,8 +535,9 @@ class AdaptiveControl(StepControl):
         A chain that diverged during the window keeps the measurements it had when the window
         began: probes taken along an unstable trajectory (a cascade of runaway moves and
         blow-ups) measure gradient noise and curvature many orders of magnitude above the
-        posterior's, and a preconditioner built from them freezes the chain."""
-        dropped = self.window_diverged | self.window_returned
+        posterior's, and a preconditioner built from them freezes the chain. A chain sent back
+        without diverging keeps the window's (see :meth:`_recover_fits`)."""
+        dropped = self.window_diverged
         diverged = dropped.reshape(-1, 1).to(self.noise_sum.device)
         if self.window_start_sums is not None and bool(diverged.any()):
             noise, curvature, probes, dense = self.window_start_sums

@@ -18,11 +18,12 @@ sampling explains,
 
 (a posterior draw's potential lies :math:`T\chi^2_D/2` above its minimum; half a nat per row
 more; five standard errors of the two averages) is put back at that milestone's position and
-Gibbs values, momenta at rest. The warm-up then drops the window's measurements for it, as
-after a divergence (probes taken along a collapse would freeze the chain); its step is halved
-only if it also diverged in the window. The report at the end of warm-up says which chains
-went back, from where and to where. A healthy chain is never moved, so its path is the same as
-without this module.
+Gibbs values, momenta at rest. If it also diverged in the window, the warm-up drops the
+window's measurements for it (probes taken along a runaway cascade would freeze the chain) and
+halves its step; if it did not, it had heated up steadily with steps too large for where
+sampling took it, and the window's measurements, which shrink them, are kept. The report at the
+end of warm-up says which chains went back, from where and to where. A healthy chain is never
+moved, so its path is the same as without this module.
 """
 
 from __future__ import annotations
