@@ -47,14 +47,6 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 warnings.filterwarnings("ignore", message="num_chains=.*sequentially")
 
 
-# The sampler's own messages (a run's verdict, a chain sent back in warm-up) are results here:
-# print them with the outputs instead of as warnings.
-def print_warning(message, category, filename, lineno, file=None, line=None):
-    print(f"{category.__name__}: {message}")
-
-
-warnings.showwarning = print_warning
-
 import os
 import time
 
@@ -82,9 +74,23 @@ from pyro_sgmcmc.analysis.predictive import (
     sample_guide,
 )
 from pyro_sgmcmc.data.datasets import load_dataset
+from pyro_sgmcmc.errors import SamplerWarning
 from pyro_sgmcmc.models.structure import GlobalSitesFirst
 
 logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
+show_warning = warnings.showwarning
+
+
+def print_sampler_message(message, category, *args, **kwargs):
+    """The sampler's messages (a run's verdict, a chain sent back in warm-up) are results here:
+    print them with the outputs; any other warning is shown as usual."""
+    if issubclass(category, SamplerWarning):
+        print(f"message from the sampler: {message}")
+    else:
+        show_warning(message, category, *args, **kwargs)
+
+
+warnings.showwarning = print_sampler_message
 
 pd.options.display.float_format = "{:.3f}".format
 NOTEBOOK_START = time.perf_counter()
