@@ -251,8 +251,6 @@ class AdaptiveControl(StepControl):
         self.probes = torch.zeros_like(column)
         self.frozen = False
         self.window_diverged = torch.zeros(like.shape[0], dtype=torch.bool)
-        # chains sent back to a milestone in this window (fit_recovery): its measurements go
-        self.window_returned = torch.zeros(like.shape[0], dtype=torch.bool)
         # the measurements as they stood when the current window began (see _end_window):
         # noise, curvature, probes, and the dense sums (None without a dense preconditioner)
         self.window_start_sums: tuple[Any, ...] | None = None
@@ -410,7 +408,6 @@ class AdaptiveControl(StepControl):
                 for name in fixed:
                     fixed[name][c] = kept[name][c]
             engine.return_to(mask, flat, fixed)
-            self.window_returned |= mask
         self.recovery.keep()
 
     def _keep_milestone(self, engine: EngineView) -> None:
@@ -537,8 +534,7 @@ class AdaptiveControl(StepControl):
         blow-ups) measure gradient noise and curvature many orders of magnitude above the
         posterior's, and a preconditioner built from them freezes the chain. A chain sent back
         without diverging keeps the window's (see :meth:`_recover_fits`)."""
-        dropped = self.window_diverged
-        diverged = dropped.reshape(-1, 1).to(self.noise_sum.device)
+        diverged = self.window_diverged.reshape(-1, 1).to(self.noise_sum.device)
         if self.window_start_sums is not None and bool(diverged.any()):
             noise, curvature, probes, dense = self.window_start_sums
             self.noise_sum = torch.where(diverged, noise, self.noise_sum)
@@ -588,7 +584,6 @@ class AdaptiveControl(StepControl):
             None if self.dense is None else self.dense.kept(),
         )  # fmt: skip
         self.window_diverged.zero_()
-        self.window_returned.zero_()
         self.window_start = engine.t
         if engine.t == self.last_window:
             self.last_window_rate = self._mixing_rate(engine)
@@ -842,7 +837,7 @@ class AdaptiveControl(StepControl):
               "gain_cap", "curvature", "curvature_sum", "noise_sum", "probes", "frozen",
               "window_diverged", "window_start_sums", "direction", "last_window_rate",
               "position_sum", "position_count", "pair_sum", "pair_count", "friction",
-              "window_returned", "milestones", "descent_sum", "descent_count")  # fmt: skip
+              "milestones", "descent_sum", "descent_count")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         state = {
@@ -863,8 +858,6 @@ class AdaptiveControl(StepControl):
             setattr(self, name, value.clone() if isinstance(value, torch.Tensor) else value)
         self.milestones = list(state.get("milestones") or [])  # absent from older checkpoints
         self.recovery.load_state_dict(state.get("recovery"))  # likewise
-        if self.window_returned is None:  # likewise
-            self.window_returned = torch.zeros_like(self.window_diverged)
         if self.descent_sum is None:  # likewise: the average starts at the resumed step
             self.descent_sum, self.descent_count = torch.zeros_like(self.position_sum), 0
         self.offset.load_state_dict(state["offset"])
