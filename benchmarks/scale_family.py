@@ -34,7 +34,8 @@ Run, e.g.: ``python benchmarks/scale_family.py --kernels sghmc sgld psgld --seed
 reference: ``--kernels sghmc --learning-rate 0.01 --friction 0.1 --epochs 200 --name
 scale_family_reference``, then ``--reference benchmarks/results/scale_family_reference.json``.
 ``--runs FILE --reference REF`` judges the runs of an earlier results file against a reference
-written after them, without running them again.
+written after them, without running them again. Both take several files (e.g. the seeds of a
+family run in batches, each batch with its own reference file), of one size and data set.
 """
 
 from __future__ import annotations
@@ -166,21 +167,38 @@ def run_one(
             "health_warnings": health}  # fmt: skip
 
 
-def references(
-    rows: list[dict], path: str | None, number_of_rows: int, data: str = "teacher"
-) -> dict[int, float]:
-    """Each seed's reference score (RMSE or NLL, ``SCORE[data]``): from the runs in the JSON file
-    ``path`` (the best of them on the seed; run on ``number_of_rows`` rows of ``data`` too), or,
-    without a file, the best of ``rows``."""
-    key = SCORE[data]
-    if path is not None:
+def load_runs(
+    paths: list[str],
+    number_of_rows: int | None = None,
+    data: str | None = None,
+    flag: str = "--runs",
+) -> tuple[list[dict], dict]:
+    """The runs of one or more results files of this script and the first file's settings; the
+    files must be of one size and data set (``number_of_rows`` and ``data`` where given)."""
+    rows: list[dict] = []
+    first: dict | None = None
+    for path in paths:
         saved = json.loads(Path(path).read_text())
-        rows = saved["rows"]
         settings = saved["settings"]
-        if (settings.get("rows", ROWS), settings.get("data", "teacher")) != (number_of_rows, data):
-            raise SystemExit(f"--reference {path} was run on {settings.get('rows', ROWS)} rows of "
-                             f"{settings.get('data', 'teacher')}, this run on {number_of_rows} "
-                             f"rows of {data}")  # fmt: skip
+        size = (settings.get("rows", ROWS), settings.get("data", "teacher"))
+        first = first or settings
+        wanted = (number_of_rows or first.get("rows", ROWS), data or first.get("data", "teacher"))
+        if size != wanted:
+            raise SystemExit(f"{flag} {path} was run on {size[0]} rows of {size[1]}, this run "
+                             f"on {wanted[0]} rows of {wanted[1]}")  # fmt: skip
+        rows += saved["rows"]
+    return rows, first or {}
+
+
+def references(
+    rows: list[dict], paths: list[str] | None, number_of_rows: int, data: str = "teacher"
+) -> dict[int, float]:
+    """Each seed's reference score (RMSE or NLL, ``SCORE[data]``): from the runs in the JSON
+    files ``paths`` (the best of them on the seed; run on ``number_of_rows`` rows of ``data``
+    too), or, without a file, the best of ``rows``."""
+    key = SCORE[data]
+    if paths:
+        rows = load_runs(paths, number_of_rows, data, "--reference")[0]
     best: dict[int, float] = {}
     for row in rows:
         if key in row:
@@ -232,16 +250,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (one core each)")
     parser.add_argument("--learning-rate", type=float, help="hand-given (default: adapted)")
     parser.add_argument("--friction", type=float, help="hand-given SGHMC friction")
-    parser.add_argument("--reference", help="JSON of a reference run by this script")
+    parser.add_argument("--reference", nargs="+", help="JSON of reference runs by this script")
     parser.add_argument("--name", help="results file name (default: scale_family, or with --runs"
                         " that file's name with _judged)")  # fmt: skip
-    parser.add_argument("--runs", help="judge the runs of this results file instead of running")
+    parser.add_argument("--runs", nargs="+", help="judge the runs of these results files "
+                        "instead of running")  # fmt: skip
     args = parser.parse_args()
     if args.runs is not None:
-        saved = json.loads(Path(args.runs).read_text())
-        rows, args.rows = saved["rows"], saved["settings"].get("rows", ROWS)
-        args.data = saved["settings"].get("data", "teacher")
-        args.name = args.name or f"{Path(args.runs).stem}_judged"
+        rows, settings = load_runs(args.runs)
+        args.rows, args.data = settings.get("rows", ROWS), settings.get("data", "teacher")
+        args.name = args.name or f"{Path(args.runs[0]).stem}_judged"
     else:
         if args.data == "fashion-mnist":
             args.rows = FASHION_ROWS
