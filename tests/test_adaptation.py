@@ -208,7 +208,7 @@ def test_the_descent_starts_far_away_without_blowing_up(radius, warmup):
     start = {"w": torch.full((2, 5), radius)}
     with warningsless():
         result = run_chains(SGHMC(model, batch_size=100, seed=1), x, y, num_chains=2,
-                            num_samples=200, warmup_steps=warmup, initial_params=start)  # fmt: skip
+                            num_samples=400, warmup_steps=warmup, initial_params=start)  # fmt: skip
     assert result.divergent_steps == ((), ())
     draws = result.samples["w"].double().numpy()
     assert_mean_close(draws, mean, z=4.0)

@@ -128,21 +128,23 @@ def test_optimal_constant_rates_are_positive_and_finite(noise, num_data):
 )
 def test_minibatch_order_resumes_exactly_from_its_state(num_data, data, independent, seed, chains):
     batch_size = data.draw(st.integers(1, num_data))
-    before = data.draw(st.integers(0, 12))
+    # the chains' batches interleaved with the warm-up's measurement batches (``probe``)
+    calls = st.lists(st.sampled_from(["next", "probe"]), max_size=12)
+    before, after = data.draw(calls), data.draw(calls.filter(len))
     sampling = "independent" if independent else "epoch"
     generators = [torch.Generator().manual_seed(seed + c) for c in range(chains)]
     batches = Minibatcher(num_data, batch_size, generators, sampling)
-    for _ in range(before):
-        batches.next()
+    for call in before:
+        getattr(batches, call)()
     saved, saved_rng = batches.state_dict(), [g.get_state() for g in generators]
-    expected = [batches.next() for _ in range(6)]
+    expected = [getattr(batches, call)() for call in after]
     others = [torch.Generator().manual_seed(seed + 100) for _ in range(chains)]
     for generator, state in zip(others, saved_rng, strict=True):
         generator.set_state(state)
     restored = Minibatcher(num_data, batch_size, others, sampling)
     restored.load_state_dict(saved)
-    for want in expected:
-        got = restored.next()
+    for call, want in zip(after, expected, strict=True):
+        got = getattr(restored, call)()
         assert (want is None and got is None) or torch.equal(want, got)
         if got is not None:
             assert got.shape == (chains, batch_size)
@@ -160,3 +162,29 @@ def test_a_chain_draws_the_same_minibatches_alone_or_among_others(num_data, data
     alone = Minibatcher(num_data, batch_size, [torch.Generator().manual_seed(seeds[1])])
     for _ in range(5):
         assert torch.equal(stacked.next()[1], alone.next()[0])
+
+
+def test_probe_batches_are_uniform_distinct_rows_apart_from_the_chains_batches():
+    """Each measurement batch holds distinct rows; a walk's batches are disjoint; every row is
+    drawn as often as the others within binomial error; and a probe batch shares rows with the
+    chains' batch beside it as two independent batches do (hypergeometric mean B^2 / N)."""
+    num_data, batch_size, draws = 50, 7, 3000
+    batches = Minibatcher(num_data, batch_size, [torch.Generator().manual_seed(3)])
+    counts = torch.zeros(num_data)
+    overlaps = []
+    walk: set[int] = set()
+    for _ in range(draws):
+        rows = batches.probe()[0].tolist()
+        assert len(set(rows)) == batch_size
+        if batches._probe_position == batch_size:  # a new permutation began
+            walk = set()
+        assert walk.isdisjoint(rows)
+        walk.update(rows)
+        counts[rows] += 1
+        overlaps.append(len(set(rows) & set(batches.next()[0].tolist())))
+    expected = draws * batch_size / num_data
+    # binomial sd of a row's count is below sqrt(expected); 5 sd over 50 rows
+    assert float((counts - expected).abs().max()) < 5 * expected**0.5
+    # hypergeometric: mean B^2/N = 0.98, variance below 0.8; 5 standard errors
+    mean_overlap = sum(overlaps) / draws
+    assert abs(mean_overlap - batch_size**2 / num_data) < 5 * (0.8 / draws) ** 0.5

@@ -485,7 +485,7 @@ class AdaptiveControl(StepControl):
         """The plain gradient's difference between two minibatches at the position (returned)
         and the noise of both estimators on them (accumulated)."""
         pair = engine.estimator.noise_pair(
-            engine.position, engine.fixed, engine.rows, engine.batches.independent()
+            engine.position, engine.fixed, engine.rows, engine.batches.probe()
         )
         both = torch.stack(pair)
         finite = torch.isfinite(both).all(0).all(1, keepdim=True)

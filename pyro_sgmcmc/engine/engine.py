@@ -446,7 +446,7 @@ class ChainEngine:
 
     def probe_gradient(self) -> torch.Tensor:
         """The gradient at the current position on a fresh, independent minibatch per chain."""
-        rows = None if self.batches.full_batch else self.batches.independent()
+        rows = None if self.batches.full_batch else self.batches.probe()
         _, grad = self.estimator(self.position, self.fixed, rows)
         return grad
 
@@ -461,7 +461,7 @@ class ChainEngine:
         is the one already known), e.g. for a Hessian-vector product."""
         if self.batches.full_batch:
             return self.grad, self.gradient_on_last_rows(self.position + shift)
-        rows = self.batches.independent()
+        rows = self.batches.probe()
         _, base = self.estimator(self.position, self.fixed, rows)
         _, moved = self.estimator(self.position + shift, self.fixed, rows)
         return base, moved

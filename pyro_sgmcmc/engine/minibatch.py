@@ -37,6 +37,11 @@ class Minibatcher:
         One generator per chain.
     sampling:
         ``"epoch"`` or ``"independent"``.
+
+    Gradient measurements (the warm-up's noise and curvature probes) take their rows from
+    :meth:`probe`, a second walk of the same kind through permutations of their own: each probe
+    batch is a uniformly random set of ``B`` distinct rows, independent of the batches the chains
+    step on, at the cost of one permutation per ``N // B`` probes rather than per probe.
     """
 
     def __init__(
@@ -53,6 +58,8 @@ class Minibatcher:
         self.batches_per_epoch = num_data // batch_size
         self._permutations: torch.Tensor | None = None
         self._position = 0
+        self._probe_permutations: torch.Tensor | None = None
+        self._probe_position = 0
 
     @property
     def full_batch(self) -> bool:
@@ -82,11 +89,30 @@ class Minibatcher:
         """A batch drawn afresh for every chain, outside the epoch walk, ``(C, B)``."""
         return self._permute()[:, : self.batch_size]
 
+    def probe(self) -> torch.Tensor:
+        """Rows of every chain's next measurement batch, ``(C, B)``: ``B`` distinct rows
+        uniformly at random, from a walk through permutations apart from the chains' batches
+        (consecutive probe batches are disjoint until the walk needs a new permutation)."""
+        end = self._probe_position + self.batch_size
+        if self._probe_permutations is None or end > self.num_data:
+            self._probe_permutations = self._permute()
+            self._probe_position, end = 0, self.batch_size
+        batch = self._probe_permutations[:, self._probe_position : end]
+        self._probe_position = end
+        return batch
+
     def state_dict(self) -> dict:
-        """The position in the current epoch (for checkpoints)."""
-        return {"permutations": self._permutations, "position": self._position}
+        """The positions in the current epoch and probe walk (for checkpoints)."""
+        return {
+            "permutations": self._permutations,
+            "position": self._position,
+            "probe_permutations": self._probe_permutations,
+            "probe_position": self._probe_position,
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from :meth:`state_dict`."""
+        """Continue from :meth:`state_dict` (a state saved without a probe walk starts one)."""
         self._permutations = state["permutations"]
         self._position = state["position"]
+        self._probe_permutations = state.get("probe_permutations")
+        self._probe_position = state.get("probe_position", 0)

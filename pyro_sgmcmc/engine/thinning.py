@@ -128,7 +128,7 @@ class ThinningMeter:
         scale = engine.control.posterior_scale()
         self.scale = torch.ones_like(position) if scale is None else scale
         if self.function_space and not engine.batches.full_batch:
-            self.rows = engine.batches.independent()
+            self.rows = engine.batches.probe()
 
     def choose(self, slowdown: torch.Tensor | None) -> list[int]:
         r"""Per chain, :math:`k_c = \lceil \tau_c \cdot r_c \rceil` within the budget, where
