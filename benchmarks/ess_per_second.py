@@ -14,9 +14,11 @@ Four problems, each sampled by every method in the same run, with 4 chains:
 Score: the smallest bulk ESS over every parameter (over the network's outputs at the test
 inputs for (iv), whose weights are not identified) divided by the wall time, set-up and
 compilation included (JAX's for NumPyro). Each row also says whether the run passes its
-verdict (R-hat and ESS bounds of :mod:`pyro_sgmcmc.analysis.diagnostics`), and for (i) the largest
-distance of a posterior mean from a long NUTS run in Monte Carlo standard errors and the
-largest relative error of a posterior sd.
+verdict (R-hat and ESS bounds of :mod:`pyro_sgmcmc.analysis.diagnostics`), and its accuracy:
+the largest distance of a posterior mean from NUTS's in Monte Carlo standard errors and the
+largest relative error of a posterior sd -- for (i) against a long Pyro NUTS run, for (ii) and
+(iii) against the Pyro NUTS row of the same run (the standard error then combines both runs').
+``SGLD-LM`` is SGLD with ``integrator="leimkuhler_matthews"``.
 
 NumPyro is optional (``pip install numpyro``): without it its rows are skipped. Pyro runs its
 chains one after the other on a machine with fewer than five cores, and so does NumPyro here
@@ -29,6 +31,7 @@ and writes ``benchmarks/results/ess_per_second.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import time
 import warnings
@@ -47,7 +50,12 @@ import pyro_sgmcmc
 from pyro_sgmcmc.analysis.diagnostics import judge
 
 CHAINS = 4
-KERNELS = {"SGLD": pyro_sgmcmc.SGLD, "SGHMC": pyro_sgmcmc.SGHMC, "pSGLD": pyro_sgmcmc.PSGLD}
+KERNELS = {
+    "SGLD": pyro_sgmcmc.SGLD,
+    "SGLD-LM": functools.partial(pyro_sgmcmc.SGLD, integrator="leimkuhler_matthews"),
+    "SGHMC": pyro_sgmcmc.SGHMC,
+    "pSGLD": pyro_sgmcmc.PSGLD,
+}
 
 
 # ------------------------------------------------------------------------------- problems
@@ -261,33 +269,36 @@ def problem_i(quick: bool, numpyro: dict, reference: dict | None) -> list[dict]:
 
 
 def reference_i(quick: bool) -> dict:
-    """Posterior means and sds of (i) from a long Pyro NUTS run (4 x 4000 draws)."""
+    """Posterior means, sds and MCSEs of (i) from a long Pyro NUTS run (4 x 4000 draws)."""
     x, y = rugged_like()
     samples, _ = run_pyro_nuts(TutorialRegression(3), (x, y), 1000 if quick else 4000, 500)
-    return {
-        name: (
-            value.reshape(-1, *value.shape[2:]).mean(0),
-            value.reshape(-1, *value.shape[2:]).std(0),
-        )
-        for name, value in samples.items()
-    }
+    return _moments(samples)
+
+
+def _moments(samples: dict) -> dict:
+    """Per site, the posterior means, sds and Monte Carlo standard errors of the means."""
+    mcse = az.mcse(az.from_dict(posterior=samples).posterior)
+    moments = {}
+    for name, value in samples.items():
+        flat = value.reshape(-1, *value.shape[2:])
+        moments[name] = (flat.mean(0), flat.std(0), mcse[name].values)
+    return moments
 
 
 def _accuracy(samples: dict, reference: dict | None) -> dict:
-    """Largest |mean - reference| in MCSE and largest relative sd error."""
+    """Largest |mean - reference mean| in the two runs' combined MCSE, and largest relative
+    error of a posterior sd, over every coordinate of the reference's sites."""
     if reference is None:
         return {}
-    dataset = az.from_dict(posterior=samples).posterior
-    mcse = az.mcse(dataset)
+    ours = _moments(samples)
     worst_z, worst_sd = 0.0, 0.0
-    for name, (mean, sd) in reference.items():
-        key = name if name in samples else None
-        if key is None:
+    for name, (mean, sd, se) in reference.items():
+        if name not in ours:
             continue
-        value = samples[key].reshape(-1, *samples[key].shape[2:])
-        error = np.abs(value.mean(0) - mean) / np.maximum(mcse[key].values, 1e-12)
+        value_mean, value_sd, value_se = ours[name]
+        error = np.abs(value_mean - mean) / np.maximum(np.hypot(value_se, se), 1e-12)
         worst_z = max(worst_z, float(np.max(error)))
-        worst_sd = max(worst_sd, float(np.max(np.abs(value.std(0) / sd - 1.0))))
+        worst_sd = max(worst_sd, float(np.max(np.abs(value_sd / sd - 1.0))))
     return {"mean_err_mcse": round(worst_z, 1), "sd_rel_err": round(worst_sd, 3)}
 
 
@@ -297,15 +308,18 @@ def problem_ii(quick: bool, numpyro: dict) -> list[dict]:
     rows = []
     nuts, seconds = run_pyro_nuts(logistic_model, (x, y), num_samples, warmup)
     rows.append({"method": "Pyro NUTS", **score(nuts, seconds)})
+    reference = _moments(nuts)
     if numpyro:
         samples, seconds = run_numpyro_nuts(numpyro["ii"], numpyro["convert"]((x, y)),
                                             num_samples, warmup)  # fmt: skip
-        rows.append({"method": "NumPyro NUTS", **score(samples, seconds)})
+        rows.append({"method": "NumPyro NUTS", **score(samples, seconds),
+                     **_accuracy(samples, reference)})  # fmt: skip
     for name, kernel_class in KERNELS.items():
         result, seconds = run_ours_chains(kernel_class(logistic_model, batch_size=1000), (x, y),
                                           num_samples, warmup)  # fmt: skip
         samples = {k: v.double().numpy() for k, v in result.samples.items()}
-        rows.append({"method": f"{name} (run_chains)", **score(samples, seconds)})
+        rows.append({"method": f"{name} (run_chains)", **score(samples, seconds),
+                     **_accuracy(samples, reference)})  # fmt: skip
     return rows
 
 
@@ -315,15 +329,18 @@ def problem_iii(quick: bool, numpyro: dict) -> list[dict]:
     rows = []
     nuts, seconds = run_pyro_nuts(varying_intercepts, args, num_samples, warmup)
     rows.append({"method": "Pyro NUTS", **score(nuts, seconds)})
+    reference = _moments(nuts)
     if numpyro:
         samples, seconds = run_numpyro_nuts(numpyro["iii"], numpyro["convert"](args),
                                             num_samples, warmup)  # fmt: skip
-        rows.append({"method": "NumPyro NUTS", **score(samples, seconds)})
+        rows.append({"method": "NumPyro NUTS", **score(samples, seconds),
+                     **_accuracy(samples, reference)})  # fmt: skip
     for name, kernel_class in KERNELS.items():
         result, seconds = run_ours_chains(kernel_class(varying_intercepts, batch_size=100), args,
                                           num_samples, warmup)  # fmt: skip
         samples = {k: v.double().numpy() for k, v in result.samples.items()}
-        rows.append({"method": f"{name} (run_chains)", **score(samples, seconds)})
+        rows.append({"method": f"{name} (run_chains)", **score(samples, seconds),
+                     **_accuracy(samples, reference)})  # fmt: skip
     return rows
 
 

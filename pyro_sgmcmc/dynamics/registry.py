@@ -38,7 +38,7 @@ from .sghmc import (
     sghmc_step,
     update_gradient_noise_estimate,
 )
-from .sgld import SGLDState, sgld_init, sgld_step
+from .sgld import SGLDState, check_integrator, sgld_init, sgld_step
 
 __all__ = [
     "ALGORITHMS",
@@ -116,7 +116,13 @@ class StepInputs:
 # ---------------------------------------------------------------------------------------- options
 @dataclass(frozen=True)
 class SGLDOptions:
-    """SGLD has no hyper-parameters besides the step size and temperature."""
+    """SGLD's integrator of the Langevin diffusion (see :class:`pyro_sgmcmc.SGLD`):
+    ``"euler"`` or ``"leimkuhler_matthews"`` (:func:`~pyro_sgmcmc.dynamics.sgld_step`)."""
+
+    integrator: str = "euler"
+
+    def __post_init__(self) -> None:
+        check_integrator(self.integrator)
 
 
 @dataclass(frozen=True)
@@ -191,7 +197,7 @@ class ConstantSGDOptions:
 
 
 # ---------------------------------------------------------------------------------------- rules
-def _sgld_step(state: SGLDState, gradient: TensorDict, inputs: StepInputs, _: SGLDOptions):
+def _sgld_step(state: SGLDState, gradient: TensorDict, inputs: StepInputs, options: SGLDOptions):
     noise = inputs.draw_noise() if inputs.temperature > 0 else None
     return sgld_step(
         state,
@@ -201,6 +207,7 @@ def _sgld_step(state: SGLDState, gradient: TensorDict, inputs: StepInputs, _: SG
         noise=noise,
         preconditioner=inputs.preconditioner,
         gradient_noise=inputs.gradient_noise(),
+        integrator=options.integrator,
     )
 
 
@@ -326,6 +333,17 @@ def _move_variance(state: Any, inputs: StepInputs, _: Any) -> dict[str, Any] | N
     }
 
 
+def _sgld_move_variance(
+    state: SGLDState, inputs: StepInputs, options: SGLDOptions
+) -> dict[str, Any] | None:
+    r""":math:`2 \epsilon T P` per entry for Euler's SGLD; half of it for the
+    Leimkuhler-Matthews integrator, whose step injects the average of two draws."""
+    variance = _move_variance(state, inputs, options)
+    if variance is None or options.integrator == "euler":
+        return variance
+    return {name: 0.5 * value for name, value in variance.items()}
+
+
 def _psgld_move_variance(
     state: PSGLDState, inputs: StepInputs, options: PSGLDOptions
 ) -> dict[str, Any] | None:
@@ -365,7 +383,13 @@ class Algorithm(NamedTuple):
 #: The update rules, by name.
 ALGORITHMS: dict[str, Algorithm] = {
     "sgld": Algorithm(
-        "sgld", "SGLD", SGLDOptions, lambda p, _: sgld_init(p), _sgld_step, _unchanged
+        "sgld",
+        "SGLD",
+        SGLDOptions,
+        lambda p, _: sgld_init(p),
+        _sgld_step,
+        _unchanged,
+        _sgld_move_variance,
     ),
     "sghmc": Algorithm("sghmc", "SGHMC", SGHMCOptions, _sghmc_init, _sghmc_step, _reset_momentum),
     "psgld": Algorithm(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..dynamics.registry import SGLDOptions
 from .base import StochasticGradientKernel
 
 
@@ -111,6 +112,13 @@ class SGLD(StochasticGradientKernel):
         rank holds the same chain -- the single-process chain with the same seed and batch, up
         to rounding (:mod:`pyro_sgmcmc.engine.distributed`). ``batch_size`` must be at least the
         number of ranks; rank 0 writes the checkpoints.
+    integrator:
+        ``"euler"`` (default): the update above (Welling and Teh). ``"leimkuhler_matthews"``:
+        the same step with the noise :math:`\tfrac12(\xi_{t-1} + \xi_t)`, the average of this
+        step's and the last step's draws (Leimkuhler and Matthews 2013), at no extra cost: exact
+        for Gaussian targets at any stable step and :math:`O(\epsilon^2)` accurate otherwise, so
+        the adaptive warm-up gives it steps ten times larger than Euler's
+        (:func:`~pyro_sgmcmc.dynamics.sgld_step`; docs/adaptation.md).
     keep_draws:
         Keep a reference to every kept draw (default ``True``) so that a
         :class:`~pyro_sgmcmc.SamplerDivergedError` can hand back what was collected before it.
@@ -142,5 +150,5 @@ class SGLD(StochasticGradientKernel):
 
     algorithm = "sgld"
 
-    def __init__(self, model, step_size=None, **kwargs) -> None:
-        super().__init__(model, step_size, **kwargs)
+    def __init__(self, model, step_size=None, *, integrator: str = "euler", **kwargs) -> None:
+        super().__init__(model, step_size, options=SGLDOptions(integrator), **kwargs)
