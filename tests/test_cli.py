@@ -108,6 +108,31 @@ def test_compare_classification_with_a_failing_method(tmp_path, capsys):
     assert (out / "reliability_diagram.png").stat().st_size > 0
 
 
+def test_sgld_integrator_reaches_the_kernel_and_the_summary(tmp_path, monkeypatch):
+    """``--sgld-integrator`` builds the SGLD kernel with that integrator and is recorded in the
+    summary's settings; an unknown integrator is refused (argparse) before any work."""
+    from pyro_sgmcmc.cli import compare_fit
+
+    built = []
+    original = compare_fit.SGLD
+
+    def spy(*args, **kwargs):
+        kernel = original(*args, **kwargs)
+        built.append(kernel)
+        return kernel
+
+    monkeypatch.setattr(compare_fit, "SGLD", spy)
+    out = tmp_path / "lm"
+    args = ["compare", "--dataset", "linear", "--methods", "sgld", "--out", str(out), *TINY]
+    assert main([*args, "--sgld-integrator", "leimkuhler_matthews", "--no-figures"]) == 0
+    assert [k.options.integrator for k in built] == ["leimkuhler_matthews"]
+    summary = _summary(out)
+    assert summary["config"]["sgld_integrator"] == "leimkuhler_matthews"
+    assert summary["methods"]["sgld"]["status"] != "failed"
+    with pytest.raises(ValueError, match="integrator must be one of"):
+        CompareConfig(sgld_integrator="midpoint", out=None)
+
+
 def test_compare_exits_1_when_every_method_fails(tmp_path, capsys):
     out = tmp_path / "fail"
     args = ["compare", "--dataset", "linear", "--methods", "sgld", "--out", str(out), *TINY]
@@ -194,6 +219,7 @@ def test_a_time_budget_skips_the_methods_not_started_with_jobs(tmp_path, capsys)
         (["--chains", "0"], "chains must be an integer >= 1"),
         (["--num-samples", "-3"], "num_samples must be an integer >= 1"),
         (["--friction", "1.5"], "friction must lie in (0.0, 1.0]"),
+        (["--sgld-integrator", "midpoint"], "argument --sgld-integrator: invalid choice"),
         (["--sgld-lr", "0"], "sgld_learning_rate must be > 0"),
         (["--activation", "cosh"], "activation must be one of tanh"),
         (["--prior", "laplace"], "prior must be one of normal"),

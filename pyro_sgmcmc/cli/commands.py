@@ -23,6 +23,7 @@ from typing import Any
 
 from ..analysis import _arviz
 from ..data.datasets import TABLE_FORMATS, dataset_task, list_datasets
+from ..dynamics.sgld import INTEGRATORS
 from .compare import (
     ACTIVATIONS,
     MANIFEST_NAME,
@@ -330,6 +331,14 @@ def _add_fit_options(parser: argparse.ArgumentParser) -> None:
             default=argparse.SUPPRESS,
             help=f"{text} (default {_describe_default(dest)})",
         )
+    sampling.add_argument(
+        "--sgld-integrator",
+        dest="sgld_integrator",
+        choices=INTEGRATORS,
+        default=argparse.SUPPRESS,
+        help="SGLD's integrator: Welling and Teh's Euler step, or Leimkuhler and Matthews' "
+        f"(exact on Gaussians, larger steps) (default {_default('sgld_integrator')})",
+    )
 
 
 def _describe_default(dest: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .._validation import check_interval, check_positive, check_positive_int
 from ..data.datasets import Dataset, dataset_task, list_datasets, load_dataset, load_table
+from ..dynamics.sgld import check_integrator
 
 #: Inference methods known to :func:`run_comparison`, in their default order.
 METHODS = ("nuts", "sghmc", "sgld", "psgld", "svi")
@@ -88,6 +89,9 @@ class CompareConfig:
         is ``learning_rate / N``).
     friction:
         SGHMC's friction :math:`\\alpha \\in (0, 1]`, or ``None`` (the kernel's default).
+    sgld_integrator:
+        SGLD's integrator, ``"euler"`` (default) or ``"leimkuhler_matthews"`` (see
+        :class:`~pyro_sgmcmc.SGLD`).
     batch_size:
         Minibatch size of the SG-MCMC methods and SVI (capped at ``N``).
     num_steps_per_sample:
@@ -160,6 +164,7 @@ class CompareConfig:
     sghmc_learning_rate: float | None = None
     psgld_learning_rate: float | None = None
     friction: float | None = None
+    sgld_integrator: str = "euler"
     batch_size: int = 32
     num_steps_per_sample: int | None = None
     target_ess: float | None = 400.0
@@ -260,6 +265,7 @@ class CompareConfig:
                 check_positive(name, getattr(self, name))
         if self.friction is not None:
             check_interval("friction", self.friction, 0.0, 1.0, low_open=True)
+        check_integrator(self.sgld_integrator)
 
     def _check_run(self) -> None:
         """Check the time budget, the data split and the paths (stored as :class:`Path`)."""

@@ -230,7 +230,12 @@ def _run_sgmcmc(method: str, model, data: Dataset, config: CompareConfig) -> _Ru
         "data_parallel": config.distributed == "data",
     }
     if method == "sgld":
-        kernel = SGLD(model, learning_rate=config.sgld_learning_rate, **common)
+        kernel = SGLD(
+            model,
+            learning_rate=config.sgld_learning_rate,
+            integrator=config.sgld_integrator,
+            **common,
+        )
     elif method == "sghmc":
         kernel = SGHMC(
             model, learning_rate=config.sghmc_learning_rate, friction=config.friction, **common
