@@ -331,7 +331,11 @@ def _add_fit_options(parser: argparse.ArgumentParser) -> None:
             default=argparse.SUPPRESS,
             help=f"{text} (default {_describe_default(dest)})",
         )
-    sampling.add_argument(
+    _add_integrator_option(sampling)
+
+
+def _add_integrator_option(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--sgld-integrator",
         dest="sgld_integrator",
         choices=INTEGRATORS,
