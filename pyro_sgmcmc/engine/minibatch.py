@@ -27,6 +27,11 @@ class Minibatcher:
     SGD (Mandt et al., 2017) assumes. With epoch-wise reshuffling the noise of one epoch's batches
     sums to nearly zero, which shrinks the stationary spread of noise-free methods.
 
+    Gradient measurements (the warm-up's noise and curvature probes) take their rows from
+    :meth:`probe`, a second walk of the same kind through permutations of their own: each probe
+    batch is a uniformly random set of ``B`` distinct rows, independent of the batches the chains
+    step on, at the cost of one permutation per ``N // B`` probes rather than per probe.
+
     Parameters
     ----------
     num_data:
@@ -37,11 +42,6 @@ class Minibatcher:
         One generator per chain.
     sampling:
         ``"epoch"`` or ``"independent"``.
-
-    Gradient measurements (the warm-up's noise and curvature probes) take their rows from
-    :meth:`probe`, a second walk of the same kind through permutations of their own: each probe
-    batch is a uniformly random set of ``B`` distinct rows, independent of the batches the chains
-    step on, at the cost of one permutation per ``N // B`` probes rather than per probe.
     """
 
     def __init__(
