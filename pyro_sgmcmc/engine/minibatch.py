@@ -78,11 +78,7 @@ class Minibatcher:
             return None
         if self.sampling == "independent":
             return self.independent()
-        if self._permutations is None or self._position + self.batch_size > self.num_data:
-            self._permutations = self._permute()
-            self._position = 0
-        batch = self._permutations[:, self._position : self._position + self.batch_size]
-        self._position += self.batch_size
+        batch, self._permutations, self._position = self._walk(self._permutations, self._position)
         return batch
 
     def independent(self) -> torch.Tensor:
@@ -93,13 +89,20 @@ class Minibatcher:
         """Rows of every chain's next measurement batch, ``(C, B)``: ``B`` distinct rows
         uniformly at random, from a walk through permutations apart from the chains' batches
         (consecutive probe batches are disjoint until the walk needs a new permutation)."""
-        end = self._probe_position + self.batch_size
-        if self._probe_permutations is None or end > self.num_data:
-            self._probe_permutations = self._permute()
-            self._probe_position, end = 0, self.batch_size
-        batch = self._probe_permutations[:, self._probe_position : end]
-        self._probe_position = end
+        batch, self._probe_permutations, self._probe_position = self._walk(
+            self._probe_permutations, self._probe_position
+        )
         return batch
+
+    def _walk(
+        self, permutations: torch.Tensor | None, position: int
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The next ``B`` rows of a walk through per-chain permutations (a fresh one when the
+        current one has fewer than ``B`` rows left), the walk's permutations and new position."""
+        if permutations is None or position + self.batch_size > self.num_data:
+            permutations, position = self._permute(), 0
+        end = position + self.batch_size
+        return permutations[:, position:end], permutations, end
 
     def state_dict(self) -> dict:
         """The positions in the current epoch and probe walk (for checkpoints)."""
