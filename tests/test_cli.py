@@ -108,9 +108,10 @@ def test_compare_classification_with_a_failing_method(tmp_path, capsys):
     assert (out / "reliability_diagram.png").stat().st_size > 0
 
 
-def test_sgld_integrator_reaches_the_kernel_and_the_summary(tmp_path, monkeypatch):
-    """``--sgld-integrator`` builds the SGLD kernel with that integrator and is recorded in the
-    summary's settings; an unknown integrator is refused (argparse) before any work."""
+def test_integrator_reaches_the_kernels_and_the_summary(tmp_path, monkeypatch):
+    """``--integrator`` builds the SGLD and pSGLD kernels with that integrator (default
+    Leimkuhler-Matthews) and is recorded in the summary's settings; ``--sgld-integrator`` is
+    the same option; an unknown integrator is refused (argparse) before any work."""
     from pyro_sgmcmc.cli import compare_fit
 
     built = []
@@ -122,15 +123,26 @@ def test_sgld_integrator_reaches_the_kernel_and_the_summary(tmp_path, monkeypatc
         return kernel
 
     monkeypatch.setattr(compare_fit, "SGLD", spy)
-    out = tmp_path / "lm"
-    args = ["compare", "--dataset", "linear", "--methods", "sgld", "--out", str(out), *TINY]
-    assert main([*args, "--sgld-integrator", "leimkuhler_matthews", "--no-figures"]) == 0
-    assert [k.options.integrator for k in built] == ["leimkuhler_matthews"]
+    monkeypatch.setattr(compare_fit, "PSGLD", spy)
+    methods = ["--methods", "sgld,psgld", "--no-figures", *TINY]
+    out = tmp_path / "euler"
+    assert main(["compare", "--dataset", "linear", "--out", str(out), *methods,
+                 "--integrator", "euler"]) == 0  # fmt: skip
+    assert [k.options.integrator for k in built] == ["euler", "euler"]
     summary = _summary(out)
-    assert summary["config"]["sgld_integrator"] == "leimkuhler_matthews"
-    assert summary["methods"]["sgld"]["status"] != "failed"
+    assert summary["config"]["integrator"] == "euler"
+    assert {summary["methods"][m]["status"] for m in ("sgld", "psgld")} != {"failed"}
+    built.clear()
+    out = tmp_path / "default"
+    assert main(["compare", "--dataset", "linear", "--out", str(out), *methods]) == 0
+    assert [k.options.integrator for k in built] == ["leimkuhler_matthews"] * 2
+    out = tmp_path / "alias"
+    built.clear()
+    assert main(["compare", "--dataset", "linear", "--out", str(out), *methods,
+                 "--sgld-integrator", "euler"]) == 0  # fmt: skip
+    assert [k.options.integrator for k in built] == ["euler", "euler"]
     with pytest.raises(ValueError, match="integrator must be one of"):
-        CompareConfig(sgld_integrator="midpoint", out=None)
+        CompareConfig(integrator="midpoint", out=None)
 
 
 def test_compare_exits_1_when_every_method_fails(tmp_path, capsys):
@@ -219,7 +231,7 @@ def test_a_time_budget_skips_the_methods_not_started_with_jobs(tmp_path, capsys)
         (["--chains", "0"], "chains must be an integer >= 1"),
         (["--num-samples", "-3"], "num_samples must be an integer >= 1"),
         (["--friction", "1.5"], "friction must lie in (0.0, 1.0]"),
-        (["--sgld-integrator", "midpoint"], "argument --sgld-integrator: invalid choice"),
+        (["--integrator", "midpoint"], "argument --integrator/--sgld-integrator: invalid choice"),
         (["--sgld-lr", "0"], "sgld_learning_rate must be > 0"),
         (["--activation", "cosh"], "activation must be one of tanh"),
         (["--prior", "laplace"], "prior must be one of normal"),

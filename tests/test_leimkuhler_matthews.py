@@ -1,6 +1,6 @@
-"""SGLD with the Leimkuhler-Matthews integrator: the exact one-step rule, its exact Gaussian
-variance at large steps (where Euler's is visibly inflated), the documented effect of gradient
-noise, and the kernel with the adaptive warm-up."""
+"""SGLD and pSGLD with the Leimkuhler-Matthews integrator (their default): the exact one-step
+rules, the exact Gaussian variance at large steps (where Euler's is visibly inflated), the
+documented effect of gradient noise, and the kernels' defaults and validation."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from pyro_sgmcmc import SGLD
-from pyro_sgmcmc.dynamics import sgld_init, sgld_step
-from pyro_sgmcmc.dynamics.registry import SGLDOptions
+from pyro_sgmcmc import PSGLD, SGLD
+from pyro_sgmcmc.dynamics import psgld_init, psgld_step, sgld_init, sgld_step
+from pyro_sgmcmc.dynamics.psgld import rmsprop_preconditioner
+from pyro_sgmcmc.dynamics.registry import PSGLDOptions, SGLDOptions
 
 THETA = {"a": torch.tensor([1.0, -2.0]), "b": torch.tensor(0.5)}
 GRAD = {"a": torch.tensor([0.3, -0.1]), "b": torch.tensor(2.0)}
@@ -34,6 +35,32 @@ def test_one_step_exact_with_preconditioner_and_gradient_noise():
         expected = THETA[k] - eps * precond[k] * GRAD[k] + scale * 0.5 * (XI_BEFORE[k] + XI[k])
         torch.testing.assert_close(new.position[k], expected)
         torch.testing.assert_close(new.previous_noise[k], XI[k])
+
+
+def test_psgld_one_step_exact_with_a_frozen_capped_preconditioner():
+    r"""pSGLD's step with the preconditioner frozen (the adaptive warm-up's sampling phase) and
+    capped: the same averaged noise, through :math:`\sqrt{2 \epsilon T G}`."""
+    eps, temperature, num_data = 0.01, 1.5, 100
+    square = {"a": torch.tensor([4.0, 0.25]), "b": torch.tensor(1e-12)}
+    cap = {"a": torch.tensor([10.0, 1.0]), "b": torch.tensor(5.0)}
+    state = psgld_init(THETA)._replace(square_average=square, previous_noise=XI_BEFORE)
+    new = psgld_step(state, GRAD, eps, temperature, num_data=num_data, noise=XI, adapt=False,
+                     max_gain=cap, integrator=LM)  # fmt: skip
+    for k in THETA:
+        gain = torch.minimum(rmsprop_preconditioner(square[k], 1e-5), cap[k])
+        scale = torch.sqrt(2 * eps * temperature * gain)
+        expected = THETA[k] - eps * gain * GRAD[k] + scale * 0.5 * (XI_BEFORE[k] + XI[k])
+        torch.testing.assert_close(new.position[k], expected)
+        torch.testing.assert_close(new.previous_noise[k], XI[k])
+        torch.testing.assert_close(new.square_average[k], square[k])
+    euler = psgld_step(state, GRAD, eps, temperature, num_data=num_data, noise=XI, adapt=False)
+    assert euler.previous_noise is None
+
+
+def test_the_kernels_default_to_leimkuhler_matthews():
+    assert SGLD(lambda: None, batch_size=10).options.integrator == LM
+    assert PSGLD(lambda: None, batch_size=10).options.integrator == LM
+    assert PSGLD(lambda: None, batch_size=10, integrator="euler").options.integrator == "euler"
 
 
 def test_first_heated_step_is_an_euler_step_and_remembers_its_noise():
@@ -61,6 +88,10 @@ def test_integrator_is_validated_with_its_allowed_values():
         sgld_step(sgld_init(THETA), GRAD, 0.01, 1.0, noise=XI, integrator="midpoint")
     with pytest.raises(ValueError, match=r"integrator must be one of .*got 'rk4'"):
         SGLD(lambda: None, batch_size=10, integrator="rk4")
+    with pytest.raises(ValueError, match=r"integrator must be one of .*got 'rk4'"):
+        PSGLD(lambda: None, batch_size=10, integrator="rk4")
+    with pytest.raises(ValueError, match="integrator must be one of"):
+        PSGLDOptions(integrator="heun")
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -84,6 +115,20 @@ def _run(curvature, eps, integrator, steps=300, gradient_sd=0.0, seed=0):
     return state.position["x"].numpy(), h.numpy()
 
 
+def _run_psgld(curvature, gain, eps, integrator, steps=300, seed=0):
+    """As :func:`_run` for pSGLD with its RMSprop diagonal frozen at ``gain`` per coordinate."""
+    generator = torch.Generator().manual_seed(seed)
+    h = torch.tensor(curvature, dtype=torch.float64)
+    g = torch.tensor(gain, dtype=torch.float64)
+    start = torch.randn(NUM_CHAINS, len(curvature), generator=generator, dtype=torch.float64)
+    square = {"x": (1.0 / g - 1e-5).square().expand(NUM_CHAINS, -1)}  # G = 1/(sqrt(V) + 1e-5)
+    state = psgld_init({"x": start / h.sqrt()})._replace(square_average=square)
+    for _ in range(steps):
+        state = psgld_step(state, {"x": h * state.position["x"]}, eps, 1.0, generator,
+                           num_data=1, adapt=False, integrator=integrator)  # fmt: skip
+    return state.position["x"].numpy(), h.numpy()
+
+
 def _variance_ratio_bound(n: int) -> float:
     """Five standard errors of a Gaussian sample variance over its true value."""
     return 5.0 * math.sqrt(2.0 / n)
@@ -104,6 +149,19 @@ def test_the_gaussian_variance_is_exact_at_steps_where_euler_is_inflated():
     expected_euler = 1.0 / (1.0 - eps * h / 2.0)
     np.testing.assert_array_less(np.abs(ratio_euler / expected_euler - 1.0), bound)
     assert ratio_euler[1] > 1.3  # the test can tell the two integrators apart
+
+
+def test_psgld_gaussian_variance_is_exact_with_a_frozen_preconditioner():
+    """pSGLD with G frozen: the preconditioned step e G H of 0.2, 0.9 and 1.6 (Euler's variance
+    1.11, 1.82 and 5 times too large) leaves the Leimkuhler-Matthews variance at 1 / H."""
+    curvature, gain, eps = [1.0, 3.0, 40.0], [2.0, 3.0, 0.4], 0.1
+    lm, h = _run_psgld(curvature, gain, eps, LM)
+    euler, _ = _run_psgld(curvature, gain, eps, "euler")
+    step = eps * np.asarray(gain) * h
+    bound = _variance_ratio_bound(NUM_CHAINS)
+    np.testing.assert_array_less(np.abs(lm.var(0) * h - 1.0), bound)
+    expected_euler = 1.0 / (1.0 - step / 2.0)
+    np.testing.assert_array_less(np.abs(euler.var(0) * h / expected_euler - 1.0), bound)
 
 
 def test_gradient_noise_adds_what_the_docstring_says():

@@ -336,12 +336,14 @@ def _add_fit_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_integrator_option(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
+        "--integrator",
         "--sgld-integrator",
-        dest="sgld_integrator",
+        dest="integrator",
         choices=INTEGRATORS,
         default=argparse.SUPPRESS,
-        help="SGLD's integrator: Welling and Teh's Euler step, or Leimkuhler and Matthews' "
-        f"(exact on Gaussians, larger steps) (default {_default('sgld_integrator')})",
+        help="the SGLD and pSGLD rows' integrator: Leimkuhler and Matthews' (exact on "
+        "Gaussians, larger steps) or Welling and Teh's Euler step "
+        f"(default {_default('integrator')})",
     )
 
 

@@ -89,9 +89,9 @@ class CompareConfig:
         is ``learning_rate / N``).
     friction:
         SGHMC's friction :math:`\\alpha \\in (0, 1]`, or ``None`` (the kernel's default).
-    sgld_integrator:
-        SGLD's integrator, ``"euler"`` (default) or ``"leimkuhler_matthews"`` (see
-        :class:`~pyro_sgmcmc.SGLD`).
+    integrator:
+        The integrator of the SGLD and pSGLD rows, ``"leimkuhler_matthews"`` (default) or
+        ``"euler"`` (see :class:`~pyro_sgmcmc.SGLD`).
     batch_size:
         Minibatch size of the SG-MCMC methods and SVI (capped at ``N``).
     num_steps_per_sample:
@@ -164,7 +164,7 @@ class CompareConfig:
     sghmc_learning_rate: float | None = None
     psgld_learning_rate: float | None = None
     friction: float | None = None
-    sgld_integrator: str = "euler"
+    integrator: str = "leimkuhler_matthews"
     batch_size: int = 32
     num_steps_per_sample: int | None = None
     target_ess: float | None = 400.0
@@ -265,7 +265,7 @@ class CompareConfig:
                 check_positive(name, getattr(self, name))
         if self.friction is not None:
             check_interval("friction", self.friction, 0.0, 1.0, low_open=True)
-        check_integrator(self.sgld_integrator)
+        check_integrator(self.integrator)
 
     def _check_run(self) -> None:
         """Check the time budget, the data split and the paths (stored as :class:`Path`)."""

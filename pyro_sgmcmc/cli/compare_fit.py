@@ -233,7 +233,7 @@ def _run_sgmcmc(method: str, model, data: Dataset, config: CompareConfig) -> _Ru
         kernel = SGLD(
             model,
             learning_rate=config.sgld_learning_rate,
-            integrator=config.sgld_integrator,
+            integrator=config.integrator,
             **common,
         )
     elif method == "sghmc":
@@ -241,7 +241,12 @@ def _run_sgmcmc(method: str, model, data: Dataset, config: CompareConfig) -> _Ru
             model, learning_rate=config.sghmc_learning_rate, friction=config.friction, **common
         )
     else:
-        kernel = PSGLD(model, learning_rate=config.psgld_learning_rate, **common)
+        kernel = PSGLD(
+            model,
+            learning_rate=config.psgld_learning_rate,
+            integrator=config.integrator,
+            **common,
+        )
     # with no learning rate the kernels adapt their step size and thinning during warm-up;
     # the chains run stacked, and go on in rounds until converged (target_ess)
     with warnings.catch_warnings():

@@ -16,15 +16,18 @@ from ._common import (
     noise_scale,
     resolve_noise,
 )
-from .sgld import preconditioned_move
+from .sgld import check_integrator, integrator_noise, preconditioned_move
 
 
 class PSGLDState(NamedTuple):
-    r"""State of a pSGLD chain: the position and the running average :math:`V` of the squared
-    per-datum gradient (``None`` before the first step)."""
+    r"""State of a pSGLD chain: the position, the running average :math:`V` of the squared
+    per-datum gradient (``None`` before the first step) and, for the Leimkuhler-Matthews
+    integrator, the standard normal draws of the last step (``None`` before the first heated
+    step)."""
 
     position: TensorDict
     square_average: TensorDict | None
+    previous_noise: TensorDict | None = None
 
 
 def psgld_init(position: Mapping[str, torch.Tensor]) -> PSGLDState:
@@ -46,6 +49,7 @@ def psgld_step(
     adapt: bool = True,
     gradient_variance: Mapping[str, torch.Tensor] | None = None,
     max_gain: Mapping[str, torch.Tensor] | None = None,
+    integrator: str = "euler",
 ) -> PSGLDState:
     r"""One pSGLD step.
 
@@ -61,7 +65,10 @@ def psgld_step(
                         \qquad \xi_t \sim \mathcal N(0, I).
 
     :math:`\bar g` is the per-datum average gradient (as in Li et al.), so :math:`G` does not
-    grow with :math:`N` and :math:`\epsilon` has the same scale as in SGLD.
+    grow with :math:`N` and :math:`\epsilon` has the same scale as in SGLD. With
+    ``integrator="leimkuhler_matthews"`` the noise :math:`\xi_t` is replaced by
+    :math:`\tfrac12(\xi_{t-1} + \xi_t)`, as in :func:`~pyro_sgmcmc.dynamics.sgld_step`: for a
+    frozen :math:`G` the Gaussian invariant measure is then exact at any stable step.
 
     **Stationary distribution.** The exact preconditioned Langevin diffusion needs the drift
     correction :math:`\Gamma_i(\theta) = \sum_j \partial G_{ij}/\partial\theta_j`. Like Li et al.
@@ -108,11 +115,16 @@ def psgld_step(
         nearly zero (a ReLU unit inactive on every row) and too large for a stiff one, and
         one such coordinate would otherwise set :math:`\epsilon_t` for all. A constant cap
         leaves the stationary distribution of the frozen sampler unchanged.
+    integrator:
+        ``"euler"`` (the update above) or ``"leimkuhler_matthews"``.
 
     References
     ----------
     C. Li, C. Chen, D. Carlson and L. Carin, "Preconditioned stochastic gradient Langevin
     dynamics for deep neural networks", AAAI 2016.
+
+    B. Leimkuhler and C. Matthews, "Rational construction of stochastic numerical methods for
+    molecular sampling", Applied Mathematics Research eXpress, 2013.
     """
     check_rule_arguments(
         step_size=step_size,
@@ -121,6 +133,7 @@ def psgld_step(
         decay=decay,
         epsilon=epsilon,
     )
+    check_integrator(integrator)
     if not adapt and state.square_average is None:
         raise ValueError("psgld_step(adapt=False) needs a state whose square_average is set")
     position = state.position
@@ -141,6 +154,7 @@ def psgld_step(
         }
     scale = noise_scale(step_size, temperature, beta)
     xi = resolve_noise(position, generator, noise) if has_noise(scale) else None
+    kick, remembered = integrator_noise(xi, state.previous_noise, integrator)
     new_position = {
         name: preconditioned_move(
             theta,
@@ -148,11 +162,11 @@ def psgld_step(
             step_size,
             preconditioners[name],
             entry(scale, name),
-            None if xi is None else xi[name],
+            None if kick is None else kick[name],
         )
         for name, theta in position.items()
     }
-    return PSGLDState(new_position, averages)
+    return PSGLDState(new_position, averages, remembered)
 
 
 def _running_average(state, name, gradient, num_data, decay, adapt) -> torch.Tensor:

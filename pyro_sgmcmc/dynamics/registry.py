@@ -117,9 +117,9 @@ class StepInputs:
 @dataclass(frozen=True)
 class SGLDOptions:
     """SGLD's integrator of the Langevin diffusion (see :class:`pyro_sgmcmc.SGLD`):
-    ``"euler"`` or ``"leimkuhler_matthews"`` (:func:`~pyro_sgmcmc.dynamics.sgld_step`)."""
+    ``"leimkuhler_matthews"`` (default) or ``"euler"`` (:func:`~pyro_sgmcmc.dynamics.sgld_step`)."""
 
-    integrator: str = "euler"
+    integrator: str = "leimkuhler_matthews"
 
     def __post_init__(self) -> None:
         check_integrator(self.integrator)
@@ -166,12 +166,14 @@ class SGHMCOptions:
 
 @dataclass(frozen=True)
 class PSGLDOptions:
-    """pSGLD's RMSprop decay and diagonal bias (see :class:`pyro_sgmcmc.PSGLD`)."""
+    """pSGLD's RMSprop decay, diagonal bias and integrator (see :class:`pyro_sgmcmc.PSGLD`)."""
 
     decay: float = 0.99
     epsilon: float = 1e-5
+    integrator: str = "leimkuhler_matthews"
 
     def __post_init__(self) -> None:
+        check_integrator(self.integrator)
         decay = check_interval("decay", self.decay, 0.0, 1.0, high_open=True)
         object.__setattr__(self, "decay", decay)
         object.__setattr__(self, "epsilon", check_positive("epsilon", self.epsilon))
@@ -262,14 +264,15 @@ def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, opt
     if _dense(inputs) is not None:
         # the adaptive warm-up's dense metric replaces the RMSprop diagonal: preconditioned SGLD
         moved = sgld_step(
-            SGLDState(state.position),
+            SGLDState(state.position, state.previous_noise),
             gradient,
             inputs.step_size,
             inputs.temperature,
             noise=noise,
             preconditioner=inputs.preconditioner,
+            integrator=options.integrator,
         )
-        return state._replace(position=moved.position)
+        return state._replace(position=moved.position, previous_noise=moved.previous_noise)
     return psgld_step(
         state,
         gradient,
@@ -283,6 +286,7 @@ def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, opt
         gradient_variance=inputs.gradient_variance,
         # a diagonal preconditioner given to pSGLD caps its RMSprop gain (the adaptive warm-up's)
         max_gain=inputs.preconditioner,
+        integrator=options.integrator,
     )
 
 
@@ -338,7 +342,11 @@ def _sgld_move_variance(
 ) -> dict[str, Any] | None:
     r""":math:`2 \epsilon T P` per entry for Euler's SGLD; half of it for the
     Leimkuhler-Matthews integrator, whose step injects the average of two draws."""
-    variance = _move_variance(state, inputs, options)
+    return _for_integrator(_move_variance(state, inputs, options), options)
+
+
+def _for_integrator(variance: dict[str, Any] | None, options: Any) -> dict[str, Any] | None:
+    """The move variance of an Euler step, halved for the Leimkuhler-Matthews integrator."""
     if variance is None or options.integrator == "euler":
         return variance
     return {name: 0.5 * value for name, value in variance.items()}
@@ -348,18 +356,18 @@ def _psgld_move_variance(
     state: PSGLDState, inputs: StepInputs, options: PSGLDOptions
 ) -> dict[str, Any] | None:
     r""":math:`2 \epsilon T G` per entry, with pSGLD's own RMSprop diagonal :math:`G` (or the
-    diagonal of the dense metric that replaces it)."""
+    diagonal of the dense metric that replaces it), halved for the Leimkuhler-Matthews
+    integrator."""
     if _dense(inputs) is not None:
-        return _move_variance(state, inputs, options)
+        return _for_integrator(_move_variance(state, inputs, options), options)
     if inputs.temperature <= 0 or state.square_average is None:
         return None
-    return {
-        name: 2.0
-        * inputs.temperature
-        * inputs.step_size
-        * rmsprop_preconditioner(v, options.epsilon)
+    scale = 2.0 * inputs.temperature * inputs.step_size
+    variance = {
+        name: scale * rmsprop_preconditioner(v, options.epsilon)
         for name, v in state.square_average.items()
     }
+    return _for_integrator(variance, options)
 
 
 def _no_noise(state: Any, inputs: StepInputs, _: Any) -> None:

@@ -134,17 +134,33 @@ def sgld_step(
     position = state.position
     scale = noise_scale(step_size, temperature, gradient_noise)
     xi = resolve_noise(position, generator, noise) if has_noise(scale) else None
-    kick = xi
-    if integrator == "leimkuhler_matthews" and xi is not None and state.previous_noise is not None:
-        kick = {name: 0.5 * (state.previous_noise[name] + xi[name]) for name in xi}
+    kick, remembered = integrator_noise(xi, state.previous_noise, integrator)
     new_position = {}
     for name, theta in position.items():
         new_position[name] = preconditioned_move(
             theta, gradient[name], step_size, entry(preconditioner, name), entry(scale, name),
             None if kick is None else kick[name],
         )  # fmt: skip
-    remembered = xi if integrator == "leimkuhler_matthews" else None
-    return SGLDState(new_position, None if remembered is None else dict(remembered))
+    return SGLDState(new_position, remembered)
+
+
+def integrator_noise(
+    xi: Mapping[str, torch.Tensor] | None,
+    previous_noise: Mapping[str, torch.Tensor] | None,
+    integrator: str,
+) -> tuple[Mapping[str, torch.Tensor] | None, TensorDict | None]:
+    r"""The standard normal vector a Langevin step injects, and the draws it must remember.
+
+    Euler: this step's draws :math:`\xi_t`, nothing remembered. Leimkuhler-Matthews:
+    :math:`\tfrac12(\xi_{t-1} + \xi_t)`, remembering :math:`\xi_t` (the first heated step,
+    with no :math:`\xi_{t-1}`, injects :math:`\xi_t`); a step without noise (``xi`` is
+    ``None``) remembers nothing.
+    """
+    if integrator == "euler" or xi is None:
+        return xi, None
+    if previous_noise is None:
+        return xi, dict(xi)
+    return {name: 0.5 * (previous_noise[name] + xi[name]) for name in xi}, dict(xi)
 
 
 def check_integrator(integrator: str) -> str:

@@ -15,7 +15,10 @@ class PSGLD(StochasticGradientKernel):
         \bar g_t = \nabla \tilde U(\theta_t)/N, \qquad
         G_t = \operatorname{diag}\big(1 \oslash (\lambda + \sqrt{V_t})\big), \\
         \theta_{t+1} &= \theta_t - \epsilon_t G_t \nabla \tilde U(\theta_t)
-                        + \sqrt{2 \epsilon_t T G_t}\; \xi_t.
+                        + \sqrt{2 \epsilon_t T G_t}\; \tfrac12 (\xi_{t-1} + \xi_t),
+
+    with Leimkuhler and Matthews' noise, as in :class:`~pyro_sgmcmc.SGLD` (the default;
+    ``integrator="euler"`` injects :math:`\xi_t` alone, as Li et al. do).
 
     The drift correction :math:`\Gamma(\theta)` of the exact preconditioned diffusion is dropped,
     as in Li et al.'s experiments, so the stationary distribution is :math:`\exp(-U/T)` only up to
@@ -39,18 +42,33 @@ class PSGLD(StochasticGradientKernel):
         :math:`\beta \in [0, 1)`, the RMSprop decay (default 0.99).
     epsilon:
         :math:`\lambda > 0`, the diagonal bias (default 1e-5).
+    integrator:
+        ``"leimkuhler_matthews"`` (default) or ``"euler"``, as for :class:`~pyro_sgmcmc.SGLD`:
+        with the preconditioner frozen after the adaptive warm-up, Leimkuhler and Matthews'
+        step is exact for Gaussian targets at any stable step.
     **kwargs:
-        The arguments of :class:`~pyro_sgmcmc.SGLD`.
+        The other arguments of :class:`~pyro_sgmcmc.SGLD`.
 
     References
     ----------
     C. Li, C. Chen, D. Carlson and L. Carin, "Preconditioned stochastic gradient Langevin
     dynamics for deep neural networks", AAAI 2016.
+
+    B. Leimkuhler and C. Matthews, "Rational construction of stochastic numerical methods for
+    molecular sampling", Applied Mathematics Research eXpress, 2013.
     """
 
     algorithm = "psgld"
 
     def __init__(
-        self, model, step_size=None, *, decay: float = 0.99, epsilon: float = 1e-5, **kwargs
+        self,
+        model,
+        step_size=None,
+        *,
+        decay: float = 0.99,
+        epsilon: float = 1e-5,
+        integrator: str = "leimkuhler_matthews",
+        **kwargs,
     ) -> None:
-        super().__init__(model, step_size, options=PSGLDOptions(decay, epsilon), **kwargs)
+        options = PSGLDOptions(decay, epsilon, integrator)
+        super().__init__(model, step_size, options=options, **kwargs)

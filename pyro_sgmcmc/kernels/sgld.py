@@ -16,11 +16,18 @@ class SGLD(StochasticGradientKernel):
     .. math::
 
         \theta_{t+1} = \theta_t - \epsilon_t \nabla \tilde U(\theta_t)
-                       + \sqrt{2 \epsilon_t T}\, \xi_t, \qquad \xi_t \sim \mathcal N(0, I).
+                       + \sqrt{2 \epsilon_t T}\, \tfrac12 (\xi_{t-1} + \xi_t),
+                       \qquad \xi_t \sim \mathcal N(0, I),
+
+    Leimkuhler and Matthews' integrator of the Langevin diffusion (the default): Welling and
+    Teh's step with the noise of this step and of the last averaged, at the cost of one
+    gradient like theirs (``integrator="euler"`` injects :math:`\xi_t` alone).
 
     **Stationary distribution**: :math:`\propto \exp(-U(\theta)/T)` as :math:`\epsilon \to 0`;
     ``T = 1`` is the posterior. SG-MCMC makes no Metropolis-Hastings correction, so with a
-    finite step size the draws are approximate (bias :math:`O(\epsilon)`).
+    finite step size the draws are approximate: bias :math:`O(\epsilon^2)` for Leimkuhler and
+    Matthews' step (none for a Gaussian target at any stable step), :math:`O(\epsilon)` for
+    Euler's.
 
     Parameters
     ----------
@@ -113,12 +120,12 @@ class SGLD(StochasticGradientKernel):
         to rounding (:mod:`pyro_sgmcmc.engine.distributed`). ``batch_size`` must be at least the
         number of ranks; rank 0 writes the checkpoints.
     integrator:
-        ``"euler"`` (default): the update above (Welling and Teh). ``"leimkuhler_matthews"``:
-        the same step with the noise :math:`\tfrac12(\xi_{t-1} + \xi_t)`, the average of this
-        step's and the last step's draws (Leimkuhler and Matthews 2013), at no extra cost: exact
-        for Gaussian targets at any stable step and :math:`O(\epsilon^2)` accurate otherwise, so
-        the adaptive warm-up gives it steps ten times larger than Euler's
-        (:func:`~pyro_sgmcmc.dynamics.sgld_step`; docs/adaptation.md).
+        ``"leimkuhler_matthews"`` (default): the update above, whose noise
+        :math:`\tfrac12(\xi_{t-1} + \xi_t)` is the average of this step's and the last step's
+        draws (Leimkuhler and Matthews 2013), at no extra cost: exact for Gaussian targets at
+        any stable step and :math:`O(\epsilon^2)` accurate otherwise, so the adaptive warm-up
+        gives it steps ten times larger than Euler's (:func:`~pyro_sgmcmc.dynamics.sgld_step`;
+        docs/adaptation.md). ``"euler"``: Welling and Teh's update, noise :math:`\xi_t`.
     keep_draws:
         Keep a reference to every kept draw (default ``True``) so that a
         :class:`~pyro_sgmcmc.SamplerDivergedError` can hand back what was collected before it.
@@ -130,6 +137,9 @@ class SGLD(StochasticGradientKernel):
     ----------
     M. Welling and Y. W. Teh, "Bayesian learning via stochastic gradient Langevin dynamics",
     ICML 2011.
+
+    B. Leimkuhler and C. Matthews, "Rational construction of stochastic numerical methods for
+    molecular sampling", Applied Mathematics Research eXpress, 2013.
 
     Examples
     --------
@@ -150,5 +160,7 @@ class SGLD(StochasticGradientKernel):
 
     algorithm = "sgld"
 
-    def __init__(self, model, step_size=None, *, integrator: str = "euler", **kwargs) -> None:
+    def __init__(
+        self, model, step_size=None, *, integrator: str = "leimkuhler_matthews", **kwargs
+    ) -> None:
         super().__init__(model, step_size, options=SGLDOptions(integrator), **kwargs)
