@@ -18,7 +18,8 @@ verdict (R-hat and ESS bounds of :mod:`pyro_sgmcmc.analysis.diagnostics`), and i
 the largest distance of a posterior mean from NUTS's in Monte Carlo standard errors and the
 largest relative error of a posterior sd -- for (i) against a long Pyro NUTS run, for (ii) and
 (iii) against the Pyro NUTS row of the same run (the standard error then combines both runs').
-``SGLD-LM`` is SGLD with ``integrator="leimkuhler_matthews"``.
+SGLD and pSGLD run their default integrator (Leimkuhler and Matthews'); ``SGLD-Euler`` is SGLD
+with ``integrator="euler"`` (Welling and Teh's step, the default before 2026-11-30).
 
 NumPyro is optional (``pip install numpyro``): without it its rows are skipped. Pyro runs its
 chains one after the other on a machine with fewer than five cores, and so does NumPyro here
@@ -52,7 +53,7 @@ from pyro_sgmcmc.analysis.diagnostics import judge
 CHAINS = 4
 KERNELS = {
     "SGLD": pyro_sgmcmc.SGLD,
-    "SGLD-LM": functools.partial(pyro_sgmcmc.SGLD, integrator="leimkuhler_matthews"),
+    "SGLD-Euler": functools.partial(pyro_sgmcmc.SGLD, integrator="euler"),
     "SGHMC": pyro_sgmcmc.SGHMC,
     "pSGLD": pyro_sgmcmc.PSGLD,
 }

@@ -21,8 +21,8 @@
 # * **random-walk Metropolis** (Pyro's `RandomWalkKernel`): proposals
 #   $\theta^* = \theta + \mathcal N(0, s^2 I)$ accepted with probability
 #   $\min\{1, \pi(\theta^*)/\pi(\theta)\}$, no gradients;
-# * **SGLD** (`pyro_sgmcmc.SGLD`, Welling & Teh 2011): Langevin steps on a minibatch gradient of
-#   10 of the 30 points, no accept/reject step;
+# * **SGLD** (`pyro_sgmcmc.SGLD`, Welling & Teh 2011, with Leimkuhler & Matthews' integrator):
+#   Langevin steps on a minibatch gradient of 10 of the 30 points, no accept/reject step;
 # * **NUTS** (Pyro's `NUTS`): Hamiltonian trajectories on the full-data gradient with a
 #   Metropolis correction.
 #
@@ -166,7 +166,7 @@ pd.DataFrame(exact, index=["mean", "sd"]).round(4)
 #   autocorrelation time, which becomes its thinning: one kept draw per autocorrelation time, so
 #   that a kept draw is worth about one effective draw. All of it is frozen for the kept draws
 #   (see the "Adaptive warm-up" page of the documentation). The step is chosen so that the
-#   $O(\epsilon)$ discretisation bias stays at a few per cent of the variance; a hand-picked
+#   discretisation bias stays at a few per cent of the variance; a hand-picked
 #   `step_size=` (which multiplies the gradient of the *full-data* potential) switches the
 #   adaptation off.
 # * NUTS adapts its step size and a diagonal mass matrix during warm-up.
@@ -238,31 +238,32 @@ for name, (_, _, seconds) in results.items():
 print("gradient steps per kept SGLD draw, as each chain chose:", THINNING)
 
 # %% [markdown]
-# SGLD is the slowest of the three here: the times printed above put it at several times
-# NUTS's wall time, and the table below gives it a tenth or less of NUTS's effective draws per
-# second. Three things add up to that.
+# SGLD takes a little less wall time than NUTS here, and the table below gives it about one and
+# a half times NUTS's effective draws per second. How it gets there, and where it could not:
 #
 # * **What the run asked for.** SGLD was asked for 1000 kept draws per chain, and each chain
 #   chose a thinning that makes a kept draw close to an independent one: the gradient steps per
-#   kept draw printed above are the chains' measured autocorrelation times. That comes to more
-#   than 60,000 gradient steps per chain for the kept draws, after 4000 warm-up steps, on a
-#   model of three parameters; `MCMC` ran the two chains one after the other. The table below
-#   shows what that bought: SGLD's 2000 kept draws are worth about 850 to 1300 effective draws,
-#   more than three posterior means and standard deviations need.
-# * **Small steps.** SGLD has no accept/reject step, so it keeps its step small enough that the
-#   discretisation bias stays at a few per cent of the posterior variance, and a step that small
-#   needs tens of gradient steps to move by one posterior standard deviation. NUTS's
-#   Metropolis-corrected trajectories can take long steps.
+#   kept draw printed above are the chains' measured autocorrelation times. That comes to about
+#   14,000 gradient steps per chain for the kept draws, after 4000 warm-up steps, on a model of
+#   three parameters; `MCMC` ran the two chains one after the other. The table below shows what
+#   that bought: SGLD's 2000 kept draws are worth about 1800 to 2000 effective draws.
+# * **Steps as large as the bias allows.** SGLD has no accept/reject step, so its step is kept
+#   small enough that the discretisation bias stays at a few per cent of the posterior variance.
+#   Its default integrator (Leimkuhler and Matthews': the noise of a step is the average of two
+#   successive Gaussian draws) has no such bias on a Gaussian posterior, so the warm-up gives it
+#   ten times the step that Welling and Teh's Euler update may take (`SGLD(...,
+#   integrator="euler")`). Here its chains chose 14 gradient steps per kept draw; with Euler's
+#   update they chose more than 60.
 # * **Small data.** On 30 points a full-data gradient costs no more than a minibatch one, so
 #   NUTS's trajectories are cheap. The minibatch gradient pays off when the data are large: the
 #   cost of an SGLD step stays at $B$ rows while each NUTS leapfrog step reads all $N$ (the
 #   "Performance and tuning" page of the documentation measures effective draws per second
 #   against NUTS).
 #
-# What to do about it:
+# To spend less:
 #
 # * **Ask for the draws you need.** Each kept draw costs a thinning's worth of gradient steps
-#   and is worth half an effective draw or more here, so `num_samples` sets the cost: half the
+#   and is worth about one effective draw here, so `num_samples` sets the cost: half the
 #   draws, half the sampling time. Or let the run decide: `run_chains(kernel, x, y,
 #   num_chains=4, num_samples=100, target_ess=400)` starts with 100 draws per chain and draws
 #   on in rounds only until the run has converged with a total ESS of 400.
@@ -270,9 +271,7 @@ print("gradient steps per kept SGLD draw, as each chain chose:", THINNING)
 #   batched gradient per step; on a model this small the per-step overhead dominates, and the
 #   "Performance and tuning" page measures 8 chains of a small network at about 1.1 to 1.6 times
 #   the cost of one.
-# * **Use `SGHMC`**, whose momentum needs several times fewer gradient steps per effective draw
-#   than SGLD.
-# * **Or use NUTS** on data this small, where a full-data gradient is cheap.
+# * **Use `SGHMC`**, whose momentum moves it further per gradient step on correlated posteriors.
 
 # %% [markdown]
 # ## Traces and burn-in

@@ -57,19 +57,19 @@ matrix.
    from the injected noise: a diagonal estimate of a correlated noise makes that correction
    biased.
 
-The bounds are :math:`c_H = 0.05` for SGLD and pSGLD (variance bias :math:`\le 2.5\%` per
-coordinate), :math:`0.1` for SGHMC (bias about :math:`c_H/4`), :math:`c_V = 0.1`,
-:math:`c_\lambda = 0.2` (SGLD, pSGLD) or :math:`0.4` (SGHMC); SGLD with the
-Leimkuhler-Matthews integrator, exact on Gaussians, takes :math:`c_H = 0.5` and
-:math:`c_\lambda = 0.4` (:data:`LEIMKUHLER_MATTHEWS_BOUNDS`). pSGLD's preconditioner is its
-own RMSprop diagonal :math:`G` (frozen with the rest), capped per coordinate: :math:`h` is the
-90th percentile over the coordinates of :math:`e_i / G_i` (:data:`PSGLD_STEP_QUANTILE`) and
-each :math:`G_i` is capped at :math:`e_i / h`, so that no coordinate steps beyond its bound
-(90% of them step at it) while RMSprop sets the smaller steps of the rest. Taking the largest
-:math:`h` with :math:`h G_i \le e_i` in *every* coordinate instead lets one coordinate set the
-step of all: RMSprop's gain is :math:`1/\lambda` for a ReLU unit inactive on every row and too
-large for a stiff output weight, and on a 50-unit regression network that gave
-:math:`h \approx 10^{-10}`-:math:`10^{-9}`, 40-1,300 times below the median coordinate's
+The bounds are :math:`c_H = 0.05` for SGLD and pSGLD with Euler's step (variance bias
+:math:`\le 2.5\%` per coordinate), :math:`0.1` for SGHMC (bias about :math:`c_H/4`),
+:math:`c_V = 0.1`, :math:`c_\lambda = 0.2` (Euler's SGLD, pSGLD) or :math:`0.4` (SGHMC); SGLD and
+pSGLD with their default, the Leimkuhler-Matthews integrator, exact on Gaussians, take
+:math:`c_H = 0.5` and :math:`c_\lambda = 0.4` (:data:`LEIMKUHLER_MATTHEWS_BOUNDS`). pSGLD's
+preconditioner is its own RMSprop diagonal :math:`G` (frozen with the rest), capped per coordinate:
+:math:`h` is the 90th percentile over the coordinates of :math:`e_i / G_i`
+(:data:`PSGLD_STEP_QUANTILE`) and each :math:`G_i` is capped at :math:`e_i / h`, so that no
+coordinate steps beyond its bound (90% of them step at it) while RMSprop sets the smaller steps of
+the rest. Taking the largest :math:`h` with :math:`h G_i \le e_i` in *every* coordinate instead
+lets one coordinate set the step of all: RMSprop's gain is :math:`1/\lambda` for a ReLU unit
+inactive on every row and too large for a stiff output weight, and on a 50-unit regression network
+that gave :math:`h \approx 10^{-10}`-:math:`10^{-9}`, 40-1,300 times below the median coordinate's
 :math:`e_i / G_i` (chains all but frozen).
 
 This module is one job, the warm-up's step control (:class:`AdaptiveControl`), kept whole so
@@ -154,13 +154,13 @@ SCHEDULE = {
 #: network) the stiffest direction is up to :math:`\sqrt{D}` times stiffer than any diagonal
 #: entry says, and a step within the diagonal bound runs hot or unstable along it.
 STABILITY_BOUND = {"sgld": 0.2, "psgld": 0.2, "sghmc": 0.4}
-#: :data:`CURVATURE_BOUND` and :data:`STABILITY_BOUND` of SGLD with the Leimkuhler-Matthews
-#: integrator, whose Gaussian variance is exact for :math:`eH < 2`: the bias left is that of
-#: the gradient noise, :math:`e^2 V / (2(2 - eH))`, at most :math:`c_V c_H / (2(2 - c_H))
-#: = 1.7\%` of the variance where both bounds bind. The stiffest direction stays five times
-#: inside its stability limit :math:`h \lambda_{\max} < 2`: at 0.8 the sinusoid network's
-#: chains, whose curvature changes as they move, flagged runaway moves (6 in 4 x 50,000
-#: sampling steps; 1 at 0.4).
+#: :data:`CURVATURE_BOUND` and :data:`STABILITY_BOUND` of SGLD and pSGLD with the
+#: Leimkuhler-Matthews integrator, whose Gaussian variance is exact for :math:`eH < 2`: the
+#: bias left is that of the gradient noise, :math:`e^2 V / (2(2 - eH))`, at most
+#: :math:`c_V c_H / (2(2 - c_H)) = 1.7\%` of the variance where both bounds bind. The
+#: stiffest direction stays five times inside its stability limit
+#: :math:`h \lambda_{\max} < 2`: at 0.8 the sinusoid network's chains, whose curvature
+#: changes as they move, flagged runaway moves (6 in 4 x 50,000 sampling steps; 1 at 0.4).
 LEIMKUHLER_MATTHEWS_BOUNDS = (0.5, 0.4)
 #: pSGLD's :math:`h` is this quantile over the coordinates of :math:`e_i / G_i` (the bound of
 #: each coordinate over its RMSprop gain); the gains of the coordinates above it are capped.
@@ -186,7 +186,7 @@ OFFSET_LIMIT = 5.0
 
 def step_bounds(algorithm: str, options: Any) -> tuple[float, float]:
     r"""The rule's bounds :math:`(c_H, c_\lambda)` on :math:`e_i H_{ii}` and on
-    :math:`h \lambda_{\max}`: :data:`LEIMKUHLER_MATTHEWS_BOUNDS` for SGLD with that
+    :math:`h \lambda_{\max}`: :data:`LEIMKUHLER_MATTHEWS_BOUNDS` for SGLD and pSGLD with that
     integrator, else :data:`CURVATURE_BOUND` and :data:`STABILITY_BOUND`."""
     if getattr(options, "integrator", "euler") == "leimkuhler_matthews":
         return LEIMKUHLER_MATTHEWS_BOUNDS
