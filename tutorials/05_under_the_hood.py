@@ -457,8 +457,8 @@ schedule_table
 # * **Mode hopping (part 2).** Every chain of every sampler hops between the modes at least
 #   once. Per kept draw, cyclical SGLD hops most (26.9 hops in 2000 draws, 13.5 per 1000,
 #   against 16.1 for SGLD with a constant step and 12.3 in 1000 draws for NUTS), and its fraction
-#   in the mode at $(2, -2)$, 0.517, is as close to the exact 0.5 as NUTS's 0.467, which rests on
-#   four chains only.
+#   in the mode at $(2, -2)$, 0.517, is closest to the exact 0.5; NUTS's 0.467 rests on four
+#   chains only.
 # * **Step size and temperature (part 3).** Every constant-step row is within 2% of the
 #   closed-form prediction (the largest gap is 1.5%), including the bias: at $\epsilon = 0.18$ the
 #   stiff direction's variance is 1.001 against a predicted 1.000, ten times the exact 0.100. $T$
