@@ -19,7 +19,7 @@ the largest distance of a posterior mean from NUTS's in Monte Carlo standard err
 largest relative error of a posterior sd -- for (i) against a long Pyro NUTS run, for (ii) and
 (iii) against the Pyro NUTS row of the same run (the standard error then combines both runs').
 SGLD and pSGLD run their default integrator (Leimkuhler and Matthews'); ``SGLD-Euler`` is SGLD
-with ``integrator="euler"`` (Welling and Teh's step, the default before 2026-11-30).
+with ``integrator="euler"`` (Welling and Teh's step, SGLD's default until late on 2026-11-29).
 
 NumPyro is optional (``pip install numpyro``): without it its rows are skipped. Pyro runs its
 chains one after the other on a machine with fewer than five cores, and so does NumPyro here
