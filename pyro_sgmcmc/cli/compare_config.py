@@ -15,7 +15,7 @@ from typing import Any
 
 from .._validation import check_interval, check_positive, check_positive_int
 from ..data.datasets import Dataset, dataset_task, list_datasets, load_dataset, load_table
-from ..dynamics.sgld import check_integrator
+from ..dynamics.sgld import DEFAULT_INTEGRATOR, check_integrator
 
 #: Inference methods known to :func:`run_comparison`, in their default order.
 METHODS = ("nuts", "sghmc", "sgld", "psgld", "svi")
@@ -164,7 +164,7 @@ class CompareConfig:
     sghmc_learning_rate: float | None = None
     psgld_learning_rate: float | None = None
     friction: float | None = None
-    integrator: str = "leimkuhler_matthews"
+    integrator: str = DEFAULT_INTEGRATOR
     batch_size: int = 32
     num_steps_per_sample: int | None = None
     target_ess: float | None = 400.0

@@ -38,7 +38,7 @@ from .sghmc import (
     sghmc_step,
     update_gradient_noise_estimate,
 )
-from .sgld import SGLDState, check_integrator, sgld_init, sgld_step
+from .sgld import DEFAULT_INTEGRATOR, SGLDState, check_integrator, sgld_init, sgld_step
 
 __all__ = [
     "ALGORITHMS",
@@ -119,7 +119,7 @@ class SGLDOptions:
     """SGLD's integrator of the Langevin diffusion (see :class:`pyro_sgmcmc.SGLD`):
     ``"leimkuhler_matthews"`` (default) or ``"euler"`` (:func:`~pyro_sgmcmc.dynamics.sgld_step`)."""
 
-    integrator: str = "leimkuhler_matthews"
+    integrator: str = DEFAULT_INTEGRATOR
 
     def __post_init__(self) -> None:
         check_integrator(self.integrator)
@@ -170,7 +170,7 @@ class PSGLDOptions:
 
     decay: float = 0.99
     epsilon: float = 1e-5
-    integrator: str = "leimkuhler_matthews"
+    integrator: str = DEFAULT_INTEGRATOR
 
     def __post_init__(self) -> None:
         check_integrator(self.integrator)

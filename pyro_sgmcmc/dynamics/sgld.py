@@ -22,6 +22,9 @@ from .metric import DenseMetric
 #: The integrators of the Langevin diffusion that :func:`sgld_step` offers.
 INTEGRATORS = ("euler", "leimkuhler_matthews")
 
+#: The integrator the kernels use when none is given (the pure rules keep ``"euler"``).
+DEFAULT_INTEGRATOR = "leimkuhler_matthews"
+
 
 class SGLDState(NamedTuple):
     """State of an SGLD chain: the position, and for the Leimkuhler-Matthews integrator the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..dynamics.registry import PSGLDOptions
+from ..dynamics.sgld import DEFAULT_INTEGRATOR
 from .base import StochasticGradientKernel
 
 
@@ -67,7 +68,7 @@ class PSGLD(StochasticGradientKernel):
         *,
         decay: float = 0.99,
         epsilon: float = 1e-5,
-        integrator: str = "leimkuhler_matthews",
+        integrator: str = DEFAULT_INTEGRATOR,
         **kwargs,
     ) -> None:
         options = PSGLDOptions(decay, epsilon, integrator)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..dynamics.registry import SGLDOptions
+from ..dynamics.sgld import DEFAULT_INTEGRATOR
 from .base import StochasticGradientKernel
 
 
@@ -161,6 +162,6 @@ class SGLD(StochasticGradientKernel):
     algorithm = "sgld"
 
     def __init__(
-        self, model, step_size=None, *, integrator: str = "leimkuhler_matthews", **kwargs
+        self, model, step_size=None, *, integrator: str = DEFAULT_INTEGRATOR, **kwargs
     ) -> None:
         super().__init__(model, step_size, options=SGLDOptions(integrator), **kwargs)
