@@ -23,13 +23,14 @@ from stats_helpers import (
 )
 from torch import nn
 
-from pyro_sgmcmc import SGHMC, SGLD, BayesianMLP, run_chains, to_inference_data
+from pyro_sgmcmc import PSGLD, SGHMC, SGLD, BayesianMLP, run_chains, to_inference_data
 from pyro_sgmcmc.analysis.diagnostics import (
     ESS_PER_CHAIN,
     FUNCTION_RHAT_BOUND,
     RHAT_BOUND,
     convergence_report,
     judge,
+    network_advice,
 )
 from pyro_sgmcmc.analysis.function_space import run_verdict
 from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
@@ -260,6 +261,39 @@ def test_a_network_is_judged_on_its_outputs():
     report = convergence_report(idata)
     assert report.verdict.basis == "f(x)"
     assert report.num_draws == 20 and ESS_PER_CHAIN == 100
+
+
+def test_only_unconverged_networks_of_overdamped_kernels_get_the_advice():
+    slow_network = judge(1.01, 30.0, 300.0, 4, function_space=True)
+    assert not slow_network.converged
+    assert "SGHMC's momentum" in network_advice("sgld", slow_network)
+    assert "SGHMC's momentum" in network_advice("psgld", slow_network)
+    assert network_advice("sghmc", slow_network) == ""
+    assert network_advice("sgld", judge(1.01, 30.0, 300.0, 4)) == ""  # parameters: no advice
+    assert network_advice("sgld", judge(1.01, 900.0, 900.0, 4, function_space=True)) == ""
+
+
+def _network_data():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.linspace(-1, 1, 64).unsqueeze(-1)
+    return x, torch.sin(3 * x.squeeze(-1)) + 0.1 * torch.randn(64, generator=generator)
+
+
+@pytest.mark.parametrize("kernel_class", [SGLD, PSGLD, SGHMC])
+def test_the_end_of_run_warning_of_a_network_names_sghmc_for_overdamped_kernels(kernel_class):
+    x, y = _network_data()
+    kernel = kernel_class(BayesianMLP(1, [8], 1), batch_size=16, num_steps_per_sample=2, seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_chains(kernel, x, y, num_chains=2, num_samples=20, warmup_steps=40, target_ess=None)
+        MCMC(kernel, num_samples=20, warmup_steps=40, num_chains=2, disable_progbar=True).run(x, y)
+    verdicts = [str(w.message) for w in caught if "not converged" in str(w.message)]
+    assert [v.split(":")[0] for v in verdicts] == [
+        "run_chains",
+        f"MCMC with {kernel_class.__name__}",
+    ]
+    advised = ["SGHMC's momentum usually mixes the outputs" in v for v in verdicts]
+    assert advised == [kernel_class is not SGHMC] * 2
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,7 @@ __all__ = [
     "convergence_report",
     "format_reports",
     "judge",
+    "network_advice",
     "reports_table",
     "worst_statistics",
 ]
@@ -160,6 +161,27 @@ def judge(
     if worst[0] <= 1.0:
         return Verdict(True, None, math.nan, math.nan, 1.0, basis)
     return Verdict(False, worst[1], worst[2], worst[3], worst[0], basis)
+
+
+#: Kernels whose overdamped Langevin dynamics cross a network's flat directions slowly.
+OVERDAMPED_KERNELS = ("sgld", "psgld")
+
+
+def network_advice(algorithm: str, verdict: Verdict) -> str:
+    r"""What to add to the warning of an unconverged network run of SGLD or pSGLD.
+
+    Most directions of a network's posterior are far flatter than its coordinates' curvature
+    says; overdamped Langevin dynamics needs about :math:`1/(h\lambda)` steps to cross one,
+    SGHMC's momentum about the square root of that (on the demo's network, with the defaults:
+    7.6 times Pyro NUTS's ESS/s for SGHMC, 4.8 for SGLD, 1.2 for pSGLD; docs/performance.md).
+    ``""`` for a converged run, a judgement of parameters, or another kernel.
+    """
+    if verdict.converged or verdict.basis != "f(x)" or algorithm not in OVERDAMPED_KERNELS:
+        return ""
+    return (
+        "; on networks SGHMC's momentum usually mixes the outputs several times faster "
+        "with the same defaults"
+    )
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ import pyro
 import torch
 
 from .._validation import as_tensor_arguments, check_model_kwargs, check_positive_int
-from ..analysis.diagnostics import Verdict
+from ..analysis.diagnostics import Verdict, network_advice
 from ..analysis.function_space import OutputDraws, run_verdict
 from ..engine.build import PreparedChains, prepare_chains
 from ..engine.distributed import (
@@ -369,7 +369,7 @@ def run_chains(
         sampling_time = time.perf_counter() - sampling_start
         warn_all(chains.final_messages(recorder.stacked()))
         if not verdict.converged:
-            warn_all([rounds.message(verdict)])
+            warn_all([rounds.message(verdict) + network_advice(kernel.algorithm, verdict)])
     result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs, verdict)
     result = dataclasses.replace(result, judged_at=tuple(rounds.judged_at))
     return _gathered(result, saver) if distribute_chains else result
