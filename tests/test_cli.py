@@ -72,6 +72,8 @@ def test_compare_regression_end_to_end(tmp_path, capsys):
         assert entry["status"] == ("fitted" if method == "svi" else "not converged"), entry
         if method != "svi":
             assert "not converged: " in entry["message"] and "times longer" in entry["message"]
+            advised = "SGHMC's momentum usually mixes the outputs" in entry["message"]
+            assert advised == (method in ("sgld", "psgld")), entry["message"]
         assert entry["wall_time"] > 0
         assert set(entry["metrics"]) >= REGRESSION_METRICS
         assert np.isfinite(entry["metrics"]["rmse"]) and entry["metrics"]["rmse"] > 0

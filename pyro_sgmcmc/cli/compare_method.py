@@ -25,7 +25,7 @@ import pyro
 import torch
 
 from ..analysis import _arviz, metrics
-from ..analysis.diagnostics import convergence_report
+from ..analysis.diagnostics import convergence_report, network_advice
 from ..analysis.export import to_inference_data
 from ..analysis.predictive import (
     ClassificationPrediction,
@@ -244,7 +244,9 @@ def _predict_and_diagnose(outcome: MethodOutcome, model: BayesianMLP, idata: Any
         result.status = "converged" if verdict.converged else "not converged"
     notes = (
         result.message,
-        "" if verdict.converged or method == "svi" else str(verdict),
+        ""
+        if verdict.converged or method == "svi"
+        else str(verdict) + network_advice(method, verdict),
         _divergence_note(idata, method),
     )
     result.message = "; ".join(note for note in notes if note)
