@@ -172,9 +172,6 @@ POWER_ITERATIONS = 8
 COLLAPSE = 0.1
 #: Relative size of the finite-difference perturbation (of a posterior standard deviation).
 PERTURBATION = 0.05
-#: A chain that diverges this many warm-up steps in a row (and again after as many more) goes
-#: back to where the last adaptation window began, with half the step.
-ANCHOR_RETREAT = 10
 #: With ``control_variate="auto"``, a chain samples with the control-variate gradient when its
 #: noise lets the per-coordinate steps grow this many times (geometric mean over coordinates):
 #: a control-variate step evaluates the minibatch twice.
@@ -746,17 +743,15 @@ class AdaptiveControl(StepControl):
         self.window_diverged |= mask.reshape(-1).cpu()
 
     def _retreat(self, engine: EngineView, chains: torch.Tensor) -> bool:
-        """Send the chains that have diverged :data:`ANCHOR_RETREAT` (then twice as many, ...)
-        steps in a row back to the start of the current adaptation window (the end of the
-        descent at first), momenta at rest, with half the step; returns whether any went.
-
-        Going back one step (what every divergence does) cannot help a chain whose accepted
-        states have drifted, a little at a time, to where no step is stable; the window's start
-        is a state the chain reached before that."""
+        """Send the chains that have diverged
+        :data:`~pyro_sgmcmc.engine.divergence.RETREAT_EVERY` (then twice as many, ...) steps in
+        a row back to the start of the current adaptation window (the end of the descent at
+        first), a state the chain reached before it drifted to where no step is stable, momenta
+        at rest, with half the step; returns whether any went (the engine's own retreat to
+        kept draws takes over once sampling has begun)."""
         if self.frozen or engine.t <= self.descent_end or engine.anchor is None:
             return False
-        consecutive = torch.from_numpy(engine.monitor.consecutive)
-        due = chains.cpu() & (consecutive > 0) & (consecutive % ANCHOR_RETREAT == 0)
+        due = engine.monitor.due_for_retreat(chains)
         if not bool(due.any()):
             return False
         engine.restore_anchor(due)

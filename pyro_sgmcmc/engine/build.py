@@ -170,9 +170,9 @@ class PreparedChains:
         return messages
 
     def final_messages(self, draws: Mapping[str, torch.Tensor]) -> list[str]:
-        """What is wrong after sampling: chains, or coordinates of a site, that did not move,
-        chains that ran too hot (``draws`` are the kept unconstrained draws, ``(C, S, ...)``
-        per site)."""
+        """What is wrong after sampling: chains sent back to a kept draw, chains or coordinates of
+        a site that did not move, chains that ran too hot (``draws`` are the kept unconstrained
+        draws, ``(C, S, ...)`` per site)."""
         engine = self.engine
         # constant SGD has no temperature to compare with: its spread is Mandt et al.'s
         found = engine.virial.estimate() if engine.algorithm.uses_temperature else None
@@ -180,7 +180,7 @@ class PreparedChains:
         scale = engine.control.posterior_scale()
         scales = None if scale is None else engine.layout.unflatten(scale)
         network = has_hidden_units(self.structure.model, {n: v.shape[2:] for n, v in draws.items()})
-        return check_draws(
+        return engine.retreat_messages() + check_draws(
             draws, virial, engine.temperature, engine.monitor.chain_ids, posterior_scales=scales,
             network=network,
         )  # fmt: skip

@@ -21,8 +21,12 @@ import torch
 from ..errors import SamplerDivergedError
 from .layout import FlatLayout
 
-__all__ = ["RUNAWAY", "RUNAWAY_GROWTH", "BlowUpDetector", "DivergenceMonitor"]
+__all__ = ["RETREAT_EVERY", "RUNAWAY", "RUNAWAY_GROWTH", "BlowUpDetector", "DivergenceMonitor"]
 
+#: A chain that diverges this many steps in a row (and again after as many more) goes back to an
+#: earlier state: during warm-up to where the adaptation window began (with half the step),
+#: while sampling to a draw it kept before (:meth:`DivergenceMonitor.due_for_retreat`).
+RETREAT_EVERY = 10
 #: A move larger than ``sqrt(RUNAWAY)`` standard deviations of a step's injected noise (in one
 #: coordinate), and ``RUNAWAY_GROWTH`` times the chain's running level, is a runaway (see
 #: :meth:`DivergenceMonitor.check`).
@@ -433,6 +437,14 @@ class DivergenceMonitor:
             self.blow_up.accept(values, good.tolist())
         self.last_step, self.last_reason = step, reason
         self._bad_values = (grad[bad], position[bad])
+
+    def due_for_retreat(self, chains: torch.Tensor) -> torch.Tensor:
+        """The ``(C,)`` mask of the chains of ``chains`` that have now diverged a multiple of
+        :data:`RETREAT_EVERY` steps in a row: going back one step (what every divergence does)
+        cannot help a chain whose accepted states have drifted, a little at a time, to where no
+        step is stable."""
+        consecutive = torch.from_numpy(self.consecutive)
+        return chains.cpu() & (consecutive > 0) & (consecutive % RETREAT_EVERY == 0)
 
     def raise_if_stuck(self, layout: FlatLayout) -> None:
         """Raise :class:`~pyro_sgmcmc.SamplerDivergedError` when a chain has diverged

@@ -34,7 +34,7 @@ import torch
 
 from ..dynamics.registry import Algorithm, StepInputs, dump_state, load_state
 from .controls import StepControl
-from .divergence import DivergenceMonitor
+from .divergence import RETREAT_EVERY, DivergenceMonitor
 from .estimators import MinibatchGradient
 from .gibbs_blocks import GibbsBlocks
 from .layout import FlatLayout
@@ -174,6 +174,8 @@ class ChainEngine:
         self.virial = VirialMeter(len(self.generators))
         self.noise = GaussianNoise(self.generators)
         self.anchor: dict[str, Any] | None = None
+        #: ``(chain, step)`` of every retreat to a kept draw during sampling.
+        self.retreats: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ position
     @property
@@ -382,7 +384,48 @@ class ChainEngine:
         if rows is not None:
             self.rows = select_chains(bad, self.rows, rows)
         self.control.on_divergence(self, bad)
+        if self.cadence is not None:
+            self._retreat_to_kept_draws(bad)
         self.monitor.raise_if_stuck(self.layout)
+
+    def _retreat_to_kept_draws(self, bad: torch.Tensor) -> None:
+        """Send the sampling chains of the ``(C,)`` mask ``bad`` that have diverged
+        :data:`~pyro_sgmcmc.engine.divergence.RETREAT_EVERY` (then twice as many, ...) steps in
+        a row back to a draw they kept before (:meth:`DrawCadence.retreat_point`), momenta at
+        rest, with the same step and preconditioner (the sampler stays the one the warm-up
+        froze). A growing oscillation can carry a chain, in steps each below the blow-up
+        threshold, to a state from which every step diverges, where going back one step does
+        not help."""
+        due = self.monitor.due_for_retreat(bad).tolist()
+        points = [self.cadence.retreat_point(c) if go else None for c, go in enumerate(due)]
+        going = [point is not None for point in points]
+        if not any(going):
+            return
+        flat = torch.stack([p["flat"] if p else self.position[c] for c, p in enumerate(points)])
+        fixed = {
+            name: torch.stack([p["fixed"][name] if p else value[c] for c, p in enumerate(points)])
+            for name, value in self.fixed.items()
+        }
+        self.return_to(torch.tensor(going), flat, fixed)
+        self.retreats += [(c, self.t) for c, go in enumerate(going) if go]
+
+    def retreat_messages(self) -> list[str]:
+        """One line per chain that was sent back to a kept draw during sampling."""
+        messages = []
+        for c, chain_id in enumerate(self.monitor.chain_ids):
+            steps = [t for chain, t in self.retreats if chain == c]
+            if not steps:
+                continue
+            shown = ", ".join(map(str, steps[:5])) + (", ..." if len(steps) > 5 else "")
+            messages.append(
+                f"chain {chain_id} diverged {RETREAT_EVERY} steps in a row during sampling and "
+                f"was sent back to a draw it had kept, {len(steps)} time(s) (at step(s) "
+                f"{shown}): its step is too large for a part of the posterior it reached, whose "
+                "curvature the step cannot follow, and which its draws may under-represent "
+                "(the draws concerned are marked `diverging`); a smaller step_size or "
+                "learning_rate, or NUTS, would tell"
+            )
+        return messages
 
     def keep_anchor(self) -> None:
         """Remember the current state of every chain as the place to go back to
@@ -504,6 +547,7 @@ class ChainEngine:
                 "state": dump_state(self.anchor["state"]),
                 "fixed": dict(self.anchor["fixed"]),
             },
+            "retreats": list(self.retreats),
             "batches": self.batches.state_dict(),
             "monitor": self.monitor.state_dict(),
             "control": self.control.state_dict(),
@@ -531,6 +575,7 @@ class ChainEngine:
         if anchor is not None:
             anchor = {**anchor, "state": load_state(template, anchor["state"])}
         self.anchor = anchor
+        self.retreats = [tuple(r) for r in state.get("retreats", [])]
         self.batches.load_state_dict(state["batches"])
         self.monitor.load_state_dict(state["monitor"])
         self.control.load_state_dict(state["control"])

@@ -190,11 +190,17 @@ class ThinningMeter:
         self.thinning = None if state["thinning"] is None else list(state["thinning"])
 
 
+#: How many of its last kept states a chain remembers as places to go back to.
+RETREAT_DEPTH = 2
+
+
 class DrawCadence:
     """Chain :math:`c` keeps its state every :math:`k_c` gradient steps of a sampling phase.
 
     The engine steps every chain at every step; a chain that reaches a kept state before the
-    others queues it, so each chain's kept draws are those it keeps when run alone.
+    others queues it, so each chain's kept draws are those it keeps when run alone. The last
+    :data:`RETREAT_DEPTH` kept states of each chain whose draws had no divergent step are
+    remembered as places to go back to (:meth:`retreat_point`).
 
     Parameters
     ----------
@@ -208,6 +214,7 @@ class DrawCadence:
         self.since = [0] * num_chains
         self.diverged = [False] * num_chains
         self.queues: list[deque[dict[str, Any]]] = [deque() for _ in range(num_chains)]
+        self.recent: list[list[dict[str, Any]]] = [[] for _ in range(num_chains)]
 
     @property
     def ready(self) -> bool:
@@ -226,16 +233,25 @@ class DrawCadence:
                 continue
             if step_size is None:
                 step_size = engine.control.reported_step_size(engine.t - 1, engine.num_chains)
-            self.queues[c].append(
-                {
-                    "flat": engine.position[c],
-                    "fixed": {name: value[c] for name, value in engine.fixed.items()},
-                    "value": engine.value[c],
-                    "step_size": float(step_size[c]),
-                    "diverged": self.diverged[c],
-                }
-            )
+            kept = {
+                "flat": engine.position[c],
+                "fixed": {name: value[c] for name, value in engine.fixed.items()},
+                "value": engine.value[c],
+                "step_size": float(step_size[c]),
+                "diverged": self.diverged[c],
+            }
+            self.queues[c].append(kept)
+            if not kept["diverged"]:
+                self.recent[c] = [*self.recent[c], kept][-RETREAT_DEPTH:]
             self.since[c], self.diverged[c] = 0, False
+
+    def retreat_point(self, chain: int) -> dict[str, Any] | None:
+        """Where a chain whose steps all diverge goes back to: the oldest of its last
+        :data:`RETREAT_DEPTH` kept states whose draws had no divergent step (``None`` before it
+        has one). Not the last one: the step that ends a draw can be the one that reached the
+        state from which every later step diverges."""
+        recent = self.recent[chain]
+        return recent[0] if recent else None
 
     def pop(self) -> list[dict[str, Any]]:
         """The oldest kept state of every chain."""
@@ -247,9 +263,11 @@ class DrawCadence:
             "since": list(self.since),
             "diverged": list(self.diverged),
             "queues": [list(queue) for queue in self.queues],
+            "recent": [list(kept) for kept in self.recent],
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.thinning = list(state["thinning"])
         self.since, self.diverged = list(state["since"]), list(state["diverged"])
         self.queues = [deque(queue) for queue in state["queues"]]
+        self.recent = [list(kept) for kept in state.get("recent", [[] for _ in self.thinning])]
