@@ -14,6 +14,7 @@ from stats_helpers import ConjugateLinearRegression, assert_covariance_close, re
 from pyro_sgmcmc import SGHMC, SGLD, run_chains
 from pyro_sgmcmc.dynamics import sghmc_init, sghmc_step, sgld_init, sgld_step
 from pyro_sgmcmc.dynamics.metric import DenseMetric
+from pyro_sgmcmc.engine.adaptation import FULL_BATCH_NETWORK_FRICTION
 from pyro_sgmcmc.engine.build import prepare_chains
 from pyro_sgmcmc.engine.dense import (
     RESIDUAL_CONDITION,
@@ -21,6 +22,7 @@ from pyro_sgmcmc.engine.dense import (
     choose_friction,
 )
 from pyro_sgmcmc.engine.estimators import AutoControlVariate
+from pyro_sgmcmc.nn import BayesianMLP
 
 MATRIX = torch.tensor([[[2.0, 0.6, 0.0], [0.6, 1.0, -0.3], [0.0, -0.3, 0.5]]])
 THETA = {"z": torch.tensor([[1.0, -2.0, 0.5]])}
@@ -105,6 +107,36 @@ def test_a_small_model_gets_a_dense_metric_and_an_adapted_friction():
     # a friction given by the user is kept
     fixed = SGHMC(ConjugateLinearRegression(), batch_size=50, friction=0.2, seed=0)
     assert not fixed.options.adapt_friction and fixed.options.friction == 0.2
+
+
+def _friction_after_the_descent(batch_size: int, **options) -> torch.Tensor | None:
+    """SGHMC's adapted friction (``None``: the rule's own) on the demo's 1-10-10-1 network
+    (141 weights: the diagonal path) over its 32 rows, once the first window has begun."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.linspace(-2.0, 2.0, 32).unsqueeze(-1)
+    y = torch.sin(2.0 * x.squeeze(-1)) + 0.1 * torch.randn(32, generator=generator)
+    model = BayesianMLP(1, [10, 10], 1)
+    kernel = SGHMC(model, batch_size=batch_size, seed=0, **options)
+    chains = prepare_chains(kernel.settings, kernel.rule, kernel.options, model, (x, y), {},
+                            chains=[0, 1], warmup_draws=100)  # fmt: skip
+    engine = chains.engine
+    control = engine.control
+    if not hasattr(control, "descent_end"):
+        return control.friction
+    while engine.t < control.descent_end:
+        assert control.friction is None  # the descent keeps the rule's friction
+        engine.step()
+    return control.friction  # set by the descent's last step, for the first window's steps
+
+
+def test_a_network_on_full_batches_samples_with_the_low_friction():
+    friction = _friction_after_the_descent(batch_size=32)
+    assert friction is not None and friction.shape == (2, 1)
+    assert bool((friction == FULL_BATCH_NETWORK_FRICTION).all())
+    # on minibatches the noise bound ties the step to the friction: the default is kept
+    assert _friction_after_the_descent(batch_size=8) is None
+    # a friction given by the user is kept
+    assert _friction_after_the_descent(batch_size=32, friction=0.1) is None
 
 
 def _strongly_correlated(n: int = 2000, correlation: float = 0.95, seed: int = 0):

@@ -252,7 +252,8 @@ def prepare_chains(
     estimator = _gradient_estimator(
         settings, potential, layout, first, transforms, len(seeds), batch_size, structure, updates
     )
-    thinning, steps_per_draw, meter = _thinning(settings, warmup_draws, model, initial)
+    network = has_hidden_units(model, {name: value.shape[1:] for name, value in initial.items()})
+    thinning, steps_per_draw, meter = _thinning(settings, warmup_draws, network)
     engine = ChainEngine(
         algorithm=algorithm,
         options=options,
@@ -268,6 +269,7 @@ def prepare_chains(
             warmup_draws * steps_per_draw,
             warmup_draws,
             flat,
+            network,
         ),
         gibbs=_gibbs_blocks(settings, updates, potential, generators, args, kwargs, batches),
         monitor=_divergence_monitor(settings, algorithm, len(seeds), layout, chains),
@@ -356,20 +358,17 @@ def _gradient_estimator(
 
 
 def _thinning(
-    settings: SamplerSettings,
-    warmup_draws: int,
-    model: Callable[..., Any],
-    initial: Mapping[str, torch.Tensor],
+    settings: SamplerSettings, warmup_draws: int, network: bool
 ) -> tuple[int | None, int, ThinningMeter | None]:
     """Steps per kept draw (``None``: the adaptive warm-up chooses it), steps per warm-up draw,
-    and the meter that measures the thinning when the warm-up chooses it."""
+    and the meter that measures the thinning when the warm-up chooses it (on the potential for
+    a ``network``)."""
     # the adaptive warm-up chooses the thinning; a hand-given step keeps one step per draw
     thinning = settings.num_steps_per_sample or (None if settings.adaptive else 1)
     steps_per_draw = thinning or warmup_steps_per_draw(warmup_draws)
     meter = None
     if thinning is None:
-        shapes = {name: value.shape[1:] for name, value in initial.items()}
-        meter = ThinningMeter(warmup_draws * steps_per_draw, has_hidden_units(model, shapes))
+        meter = ThinningMeter(warmup_draws * steps_per_draw, network)
     return thinning, steps_per_draw, meter
 
 
@@ -689,11 +688,13 @@ def make_control(
     warmup_steps: int,
     warmup: int,
     like: torch.Tensor,
+    network: bool = False,
 ) -> StepControl:
     """The step-size control: the user's schedule, or (no step size given) the adaptive warm-up
     (:mod:`pyro_sgmcmc.engine.adaptation`) over ``warmup_steps`` gradient steps; for constant
     SGD with ``optimal_rate``, either of them during the ``warmup`` draws of warm-up and Mandt
-    et al.'s rate after."""
+    et al.'s rate after. ``network``: the model is a network (SGHMC's friction on full-batch
+    gradients)."""
     num_data = batches.num_data
     if settings.adaptive:
         rule = "sgld" if algorithm.name == "constant_sgd" else algorithm.name
@@ -701,6 +702,7 @@ def make_control(
         control: StepControl = AdaptiveControl(
             rule, options, settings.temperature, num_data, warmup_steps, like,
             dense=dense, adapt_friction=getattr(options, "adapt_friction", False),
+            full_batch_network=network and batches.full_batch,
         )  # fmt: skip
     else:
         scale = 1.0 / num_data if settings.per_datum else 1.0

@@ -38,7 +38,9 @@ class SGHMC(StochasticGradientKernel):
         a dense preconditioner (at most
         :data:`~pyro_sgmcmc.engine.dense.DENSE_LIMIT` coordinates): near critical damping of the
         softest directions, larger where the gradient noise binds the step
-        (:mod:`pyro_sgmcmc.engine.dense`).
+        (:mod:`pyro_sgmcmc.engine.dense`), and for a network on full-batch gradients uses
+        :data:`~pyro_sgmcmc.engine.adaptation.FULL_BATCH_NETWORK_FRICTION` from its first
+        adaptation window on.
     gradient_noise:
         :math:`\hat\beta \ge 0` as a float (``0``, the default, ignores the gradient noise), or
         ``"estimate"`` for an element-wise running estimate :math:`\hat\beta = \eta \hat V/2`.
