@@ -171,7 +171,7 @@ PSGLD_STEP_QUANTILE = 0.9
 #: curvature (on the demo's sinusoid network the median of the spectrum of
 #: :math:`hP^{1/2}HP^{1/2}` is :math:`2\cdot10^{-4}`), which SGHMC damps critically at
 #: :math:`\alpha = 2\sqrt{h\lambda}`: 0.02 for :math:`h\lambda = 10^{-4}`, where the default
-#: 0.05 overdamps them (about three times the ESS of the outputs on that network, seeds 0-5).
+#: 0.05 overdamps them (2.6 times the median ESS of the outputs on that network, seeds 0-5).
 #: Where the minibatch noise bounds the step, the step shrinks with the friction; networks on
 #: minibatches keep the default until measured there.
 FULL_BATCH_NETWORK_FRICTION = 0.02
