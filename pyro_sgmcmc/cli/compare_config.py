@@ -101,7 +101,9 @@ class CompareConfig:
         Run the SG-MCMC methods until converged (:func:`~pyro_sgmcmc.run_chains`'s
         ``target_ess``): after ``num_samples`` draws, keep drawing in rounds until the
         verdict is ``converged`` with this total ESS, or ``max_seconds`` are spent; ``None``
-        draws ``num_samples`` only.
+        draws ``num_samples`` only. The default, 200, is what the verdict itself asks of the
+        default two chains (100 per chain); with more chains the verdict's 100 per chain
+        still holds.
     max_seconds:
         Sampling seconds per SG-MCMC method for those rounds (``None``: no limit).
     svi_steps, svi_learning_rate:
@@ -167,7 +169,7 @@ class CompareConfig:
     integrator: str = DEFAULT_INTEGRATOR
     batch_size: int = 32
     num_steps_per_sample: int | None = None
-    target_ess: float | None = 400.0
+    target_ess: float | None = 200.0
     max_seconds: float | None = 60.0
     svi_steps: int = 2000
     svi_learning_rate: float = 0.03
