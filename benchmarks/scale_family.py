@@ -93,6 +93,8 @@ class Regression:
     """A teacher data set of the family: inputs and targets standardised with the training rows;
     scored by the test RMSE of the posterior mean, in the target's units."""
 
+    same_data_every_seed = False
+
     def __init__(self, seed: int, rows: int) -> None:
         x, y, self.x_test, self.y_test = family_data(seed, rows)
         self.x_mean, self.x_sd, self.y_mean, self.y_sd = x.mean(0), x.std(0), y.mean(), y.std()
@@ -112,6 +114,8 @@ class Regression:
 
 class FashionMNIST:
     """Fashion-MNIST with the W1 network; scored by the model average's test NLL and accuracy."""
+
+    same_data_every_seed = True
 
     def __init__(self, seed: int, rows: int) -> None:
         self.x, self.y, self.x_test, self.y_test = fashion_data()
@@ -196,8 +200,8 @@ def references(
 ) -> dict[int, float]:
     """Each seed's reference score (RMSE or NLL, ``SCORE[data]``): from the runs in the JSON
     files ``paths`` (the best of them on the seed; run on ``number_of_rows`` rows of ``data``
-    too), or, without a file, the best of ``rows``. Fashion-MNIST's data do not depend on the
-    seed, so there the best reference run of any seed is every seed's reference."""
+    too), or, without a file, the best of ``rows``. Where the data do not depend on the seed
+    (Fashion-MNIST), the best reference run of any seed is every seed's reference."""
     key = SCORE[data]
     judged_seeds = {row["seed"] for row in rows}
     if paths:
@@ -206,7 +210,7 @@ def references(
     for row in rows:
         if key in row:
             best[row["seed"]] = min(best.get(row["seed"], float("inf")), row[key])
-    if data == "fashion-mnist" and best:
+    if PROBLEMS[data].same_data_every_seed and best:
         return dict.fromkeys(judged_seeds | set(best), min(best.values()))
     return best
 
