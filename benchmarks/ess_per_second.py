@@ -7,7 +7,8 @@ Four problems, each sampled by every method in the same run, with 4 chains:
       (an intercept near 9, uncentred inputs: posterior correlations up to 0.8); the SG-MCMC
       kernels exactly as a NUTS user calls them, ``MCMC(KERNEL(model, batch_size=50),
       num_samples=1000, warmup_steps=200, num_chains=4)``, and stacked with ``run_chains``;
-(ii)  logistic regression, N = 100,000 rows, 20 features (batch 1000);
+(ii)  logistic regression, N = 100,000 rows, 20 features (batch 500, 0.5% of the rows;
+      ``--batch-ii 100 250 500 1000`` runs our kernels at each batch size);
 (iii) hierarchical varying intercepts, J = 8 groups, N = 2,000 rows (batch 100);
 (iv)  the sinusoid network of ``pyro-sgmcmc compare`` (a BayesianMLP 1-10-10-1, tanh, 32
       rows), against Pyro's NUTS as that command runs it (``max_tree_depth=7``, the network's
@@ -28,8 +29,8 @@ NumPyro is optional (``pip install numpyro``): without it its rows are skipped. 
 chains one after the other on a machine with fewer than five cores, and so does NumPyro here
 (``chain_method="sequential"``), as do our kernels under ``MCMC``.
 
-Run: ``python benchmarks/ess_per_second.py [--problems i ii iii iv] [--quick]``; prints a table
-and writes ``benchmarks/results/ess_per_second.json``.
+Run: ``python benchmarks/ess_per_second.py [--problems i ii iii iv] [--quick]
+[--batch-ii B ...]``; prints a table and writes ``benchmarks/results/ess_per_second.json``.
 """
 
 from __future__ import annotations
@@ -325,7 +326,7 @@ def _accuracy(samples: dict, reference: dict | None) -> dict:
     return {"mean_err_mcse": round(worst_z, 1), "sd_rel_err": round(worst_sd, 3)}
 
 
-def problem_ii(quick: bool, numpyro: dict) -> list[dict]:
+def problem_ii(quick: bool, numpyro: dict, batch_sizes: tuple[int, ...] = (500,)) -> list[dict]:
     x, y = logistic_data(20_000 if quick else 100_000)
     num_samples, warmup = (100, 100) if quick else (500, 200)
     rows = []
@@ -337,12 +338,14 @@ def problem_ii(quick: bool, numpyro: dict) -> list[dict]:
                                             num_samples, warmup)  # fmt: skip
         rows.append({"method": "NumPyro NUTS", **score(samples, seconds),
                      **_accuracy(samples, reference)})  # fmt: skip
-    for name, kernel_class in KERNELS.items():
-        result, seconds = run_ours_chains(kernel_class(logistic_model, batch_size=1000), (x, y),
-                                          num_samples, warmup)  # fmt: skip
-        samples = {k: v.double().numpy() for k, v in result.samples.items()}
-        rows.append({"method": f"{name} (run_chains)", **score(samples, seconds),
-                     **_accuracy(samples, reference)})  # fmt: skip
+    for batch_size in batch_sizes:
+        label = "run_chains" if len(batch_sizes) == 1 else f"run_chains, batch {batch_size}"
+        for name, kernel_class in KERNELS.items():
+            result, seconds = run_ours_chains(kernel_class(logistic_model, batch_size=batch_size),
+                                              (x, y), num_samples, warmup)  # fmt: skip
+            samples = {k: v.double().numpy() for k, v in result.samples.items()}
+            rows.append({"method": f"{name} ({label})", **score(samples, seconds),
+                         **_accuracy(samples, reference)})  # fmt: skip
     return rows
 
 
@@ -406,6 +409,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer draws and rows (a smoke run)")
     parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=sorted(KERNELS),
                         help="our kernels to run (default: all)")  # fmt: skip
+    parser.add_argument("--batch-ii", type=int, nargs="+", default=[500],
+                        help="(ii): our kernels' batch size(s) (default: 500)")  # fmt: skip
     parser.add_argument("--no-reference", action="store_true",
                         help="(i) without the long NUTS run behind its accuracy")  # fmt: skip
     args = parser.parse_args()
@@ -423,7 +428,7 @@ def main() -> None:
             reference = None if args.no_reference else reference_i(args.quick)
             rows = problem_i(args.quick, numpyro, reference)
         elif problem == "ii":
-            rows = problem_ii(args.quick, numpyro)
+            rows = problem_ii(args.quick, numpyro, tuple(args.batch_ii))
         elif problem == "iii":
             rows = problem_iii(args.quick, numpyro)
         else:
