@@ -36,8 +36,9 @@ class SGHMC(StochasticGradientKernel):
         0.01-0.1). ``friction = 1`` is SGLD with step size :math:`\eta`. ``None`` (default):
         0.05, except that the adaptive warm-up (no step size given) chooses it for models with
         a dense preconditioner (at most
-        :data:`~pyro_sgmcmc.engine.dense.DENSE_LIMIT` coordinates): near critical damping of the
-        softest directions, larger where the gradient noise binds the step
+        :data:`~pyro_sgmcmc.engine.dense.DENSE_LIMIT` coordinates): the frequency per step of
+        the softest directions, which minimises the larger of the autocorrelation times of their
+        position and of its square, larger where the gradient noise binds the step
         (:mod:`pyro_sgmcmc.engine.dense`), and for a network on full-batch gradients uses
         :data:`~pyro_sgmcmc.engine.adaptation.FULL_BATCH_NETWORK_FRICTION` from its first
         adaptation window on.
