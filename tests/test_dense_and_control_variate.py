@@ -104,15 +104,19 @@ def _sghmc_matrix(curvature_step: float, friction: float) -> torch.Tensor:
     return torch.stack(columns, dim=1)
 
 
+def _stationary_covariance(A: torch.Tensor, curvature_step: float, friction: float):
+    """``S = A S A^T + Q`` for the step's noise ``Q`` (it enters v, and theta through v)."""
+    Q = torch.full((2, 2), 2 * curvature_step * friction, dtype=torch.float64)
+    eye = torch.eye(4, dtype=torch.float64)
+    return torch.linalg.solve(eye - torch.kron(A, A), Q.reshape(4)).reshape(2, 2)
+
+
 def _autocorrelation_times(curvature_step: float, friction: float) -> tuple[float, float]:
     """Exact integrated autocorrelation times of theta and theta^2 of stationary SGHMC on that
-    Gaussian: ``rho_k = (A^k S)_00 / S_00`` with ``S = A S A^T + Q`` (theta^2's is ``rho_k^2``),
-    summed in closed form over the eigenvalues ``mu`` of ``A``."""
+    Gaussian: ``rho_k = (A^k S)_00 / S_00`` (theta^2's is ``rho_k^2``), summed in closed form
+    over the eigenvalues ``mu`` of ``A``."""
     A = _sghmc_matrix(curvature_step, friction)
-    scale = 2 * curvature_step * friction  # noise enters v, and theta through v
-    Q = torch.full((2, 2), scale, dtype=torch.float64)
-    S = torch.linalg.solve(torch.eye(4, dtype=torch.float64) - torch.kron(A, A), Q.reshape(4))
-    S = S.reshape(2, 2)
+    S = _stationary_covariance(A, curvature_step, friction)
     mu, V = torch.linalg.eig(A)
     # rho_k = sum_j c_j mu_j^k
     c = V[0, :] * torch.linalg.solve(V, S.to(V.dtype))[:, 0] / S[0, 0]
@@ -122,15 +126,14 @@ def _autocorrelation_times(curvature_step: float, friction: float) -> tuple[floa
     return float(1 + 2 * single), float(1 + 2 * square)
 
 
-def test_sghmc_autocorrelation_times_match_a_long_simulation():
+def test_sghmc_autocorrelation_times_match_the_lag_by_lag_sum():
     """The closed form of ``_autocorrelation_times`` against the autocorrelations summed lag by
     lag (a check of the algebra, not of the sampler)."""
     A = _sghmc_matrix(0.1, 0.3)
-    Q = torch.full((2, 2), 2 * 0.1 * 0.3, dtype=torch.float64)
-    S = torch.linalg.solve(torch.eye(4, dtype=torch.float64) - torch.kron(A, A), Q.reshape(4))
-    column, rho = S.reshape(2, 2)[:, 0].clone(), []
+    S = _stationary_covariance(A, 0.1, 0.3)
+    column, rho = S[:, 0].clone(), []
     for _ in range(2000):
-        rho.append(float(column[0] / S[0]))
+        rho.append(float(column[0] / S[0, 0]))
         column = A @ column
     rho = torch.tensor(rho[1:], dtype=torch.float64)
     expected = (1 + 2 * float(rho.sum()), 1 + 2 * float(rho.square().sum()))
