@@ -285,6 +285,104 @@ def test_a_networks_closed_form_gradient_is_replayed_with_the_same_bits():
     assert isinstance(replay, torch.jit.ScriptModule)
 
 
+def _logistic_value_and_grad(x, y):
+    """A hand-written minibatch potential of a logistic regression whose predictor and
+    gradient are batched matrix-vector products (``(C, B, D) @ (C, D, 1)`` and back)."""
+
+    def value_and_grad(flat, fixed, rows):
+        inputs, labels = x[rows], y[rows]
+        logits = torch.bmm(inputs, flat.unsqueeze(-1)).squeeze(-1)
+        value = (torch.nn.functional.softplus(logits) - labels * logits).sum(-1)
+        residual = (torch.sigmoid(logits) - labels).unsqueeze(-1)
+        return value, torch.bmm(inputs.transpose(1, 2), residual).squeeze(-1)
+
+    return value_and_grad
+
+
+def _recorded_logistic(monkeypatch, same_bits):
+    """A logistic potential (4 chains, batches of 100 of 20 features) recorded with the
+    row-vector rewrite's bit check answering ``same_bits``; the graph, its eager function and
+    inputs for replays."""
+    from pyro_sgmcmc.models import graph_capture
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1000, 20, generator=generator)
+    y = (torch.rand(1000, generator=generator) < 0.5).float()
+    function = _logistic_value_and_grad(x, y)
+    monkeypatch.setattr(graph_capture, "_interpreted", lambda graph, inputs: graph)
+    monkeypatch.setattr(graph_capture, "_identical", lambda first, second: same_bits)
+    captured = graph_capture.CapturedGraph(function)
+    flat = 0.1 * torch.randn(4, 20, generator=generator)
+    rows = torch.randint(0, 1000, (4, 100), generator=generator)
+    captured(flat, {}, rows)
+    monkeypatch.undo()
+    (graph,) = captured.graphs.values()
+    return graph, function, flat, rows
+
+
+def _products(graph):
+    """The ``bmm`` nodes of a graph, each as the shapes of its two operands."""
+    return [
+        [tuple(arg.meta["val"].shape) if "val" in arg.meta else "new" for arg in node.args]
+        for node in graph.graph.nodes
+        if node.target is torch.ops.aten.bmm.default
+    ]
+
+
+def test_batched_matrix_vector_products_are_replayed_as_row_vector_products(monkeypatch):
+    """``bmm`` of several chains' ``(M, K)`` matrices by ``(K, 1)`` columns, slow on the CPU, is
+    recorded as the transpose of row vectors times the transposed matrices: the same values."""
+    graph, function, flat, rows = _recorded_logistic(monkeypatch, same_bits=True)
+    assert _products(graph) == [["new", "new"], ["new", "new"]]  # both rewritten
+    for call in range(3):
+        moved, shifted = flat + 0.05 * call, rows.roll(call, dims=-1)
+        for replay, eager in zip(graph(shifted, moved), function(moved, {}, shifted), strict=True):
+            torch.testing.assert_close(replay, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_vector_product_that_rounds_differently_is_not_used(monkeypatch):
+    """The rewrite is kept only where it gives the eager computation's bits on the recording
+    call: otherwise the graph keeps the products as recorded."""
+    graph, *_ = _recorded_logistic(monkeypatch, same_bits=False)
+    assert _products(graph) == [[(4, 100, 20), (4, 20, 1)], [(4, 20, 100), (4, 100, 1)]]
+
+
+def test_replays_keep_the_eager_bits_whichever_product_is_used():
+    """On this CPU, whether or not the rewrite was kept: replays equal the eager potential in
+    every bit, on new positions and rows."""
+    from pyro_sgmcmc.models import graph_capture
+
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(2000, 20, generator=generator)
+    y = (torch.rand(2000, generator=generator) < 0.5).float()
+    function = _logistic_value_and_grad(x, y)
+    captured = graph_capture.CapturedGraph(function)
+    for _ in range(4):
+        flat = torch.randn(4, 20, generator=generator)
+        rows = torch.randint(0, 2000, (4, 500), generator=generator)
+        replay = captured(flat, {}, rows)
+        for first, second in zip(replay, function(flat, {}, rows), strict=True):
+            assert torch.equal(first, second)
+
+
+def test_only_slow_matrix_vector_products_are_chosen():
+    """One chain, a matrix of under 1,024 entries or more than one column: left as recorded."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pyro_sgmcmc.models.graph_capture import _is_slow_matrix_vector
+
+    def chosen(left, right):
+        graph = make_fx(torch.bmm, tracing_mode="fake")(torch.ones(left), torch.ones(right))
+        (node,) = [n for n in graph.graph.nodes if n.target is torch.ops.aten.bmm.default]
+        return _is_slow_matrix_vector(node)
+
+    assert chosen((4, 500, 20), (4, 20, 1))
+    assert chosen((2, 32, 50), (2, 50, 1))
+    assert not chosen((1, 500, 20), (1, 20, 1))  # one chain: PyTorch's own kernel is fast
+    assert not chosen((4, 32, 10), (4, 10, 1))  # 320 entries
+    assert not chosen((4, 500, 20), (4, 20, 2))
+
+
 def _raise():
     raise RuntimeError("TorchScript cannot hold this graph")
 

@@ -9,6 +9,13 @@ call. :class:`CapturedGraph` records them once -- forward and backward pass toge
 the recorded graph afterwards: the same operations in the same order, hence the same numbers,
 without the Python around them. (NumPyro gets this from ``jax.jit``, with the same contract.)
 
+One rewrite changes how, not what, a recorded graph computes: a batched matrix-vector product
+``bmm(A, v)`` (``A`` of shape ``(C, M, K)``, ``v`` of shape ``(C, K, 1)``, e.g. ``x @ w`` of a
+linear predictor or a network's output layer for several chains, and its backward pass) is
+computed as the transpose of ``bmm(v^T, A^T)``, which PyTorch's CPU kernels run three to eight
+times faster for more than one chain. It is kept only where it gives the same bits as the
+product it replaces on the recording call (:func:`_with_row_vector_products`).
+
 On the CPU a recorded graph is then handed to TorchScript's interpreter (``torch.jit.trace`` of
 the graph), which runs the same operations from C++ instead of one Python call each: two to
 three times faster for small models (a minibatch gradient of Pyro's tutorial regression, about
@@ -27,6 +34,7 @@ values (e.g. a global flag read by the model); such a model should use ``potenti
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -121,7 +129,7 @@ class CapturedGraph:
         except Exception as error:
             self.failure = f"{type(error).__name__}: {_first_line(error)}"
             return None
-        graph = _simplified(graph)
+        graph = _with_row_vector_products(_simplified(graph), inputs)
         return self._compiled(graph, inputs) if self.compile else _interpreted(graph, inputs)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -175,6 +183,59 @@ def _simplified(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
     graph.graph.eliminate_dead_code()
     graph.recompile()
     return graph
+
+
+def _with_row_vector_products(graph: torch.fx.GraphModule, inputs: tuple) -> torch.fx.GraphModule:
+    r"""``graph`` with each batched matrix-vector product :math:`A v` computed as
+    :math:`(v^\top A^\top)^\top` (:func:`_is_slow_matrix_vector`), if that gives the same bits
+    on ``inputs``; ``graph`` itself otherwise.
+
+    ``torch.bmm`` on the CPU multiplies a batch of matrices by a batch of column vectors several
+    times slower than a batch of row vectors by the same matrices (e.g. 35 us against 14 us for
+    four chains' ``(500, 20) @ (20, 1)``, 50 us against 6 us for the gradient's ``(20, 500) @
+    (500, 1)``). The two usually add the same products in the same order; where they do not,
+    the rewritten graph would round differently from the eager computation it stands in for,
+    and is not used.
+    """
+    products = [node for node in graph.graph.nodes if _is_slow_matrix_vector(node)]
+    if not products:
+        return graph
+    rewritten = torch.fx.GraphModule(graph, copy.deepcopy(graph.graph))
+    aten = torch.ops.aten
+    for node in [node for node in rewritten.graph.nodes if _is_slow_matrix_vector(node)]:
+        matrix, vector = node.args
+        with rewritten.graph.inserting_before(node):
+            rows = rewritten.graph.call_function(aten.transpose.int, (vector, 1, 2))
+            columns = rewritten.graph.call_function(aten.transpose.int, (matrix, 1, 2))
+            product = rewritten.graph.call_function(aten.bmm.default, (rows, columns))
+            result = rewritten.graph.call_function(aten.transpose.int, (product, 1, 2))
+        node.replace_all_uses_with(result)
+        rewritten.graph.erase_node(node)
+    rewritten.recompile()
+    try:
+        same = _identical(graph(*inputs), rewritten(*inputs))
+    except Exception:  # a later operation that needs the original's memory layout
+        same = False
+    return rewritten if same else graph
+
+
+#: A matrix with fewer entries than this is multiplied as fast either way.
+ROW_VECTOR_MIN_ENTRIES = 1024
+
+
+def _is_slow_matrix_vector(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a ``bmm`` of more than one ``(M, K)`` matrix, of at least
+    :data:`ROW_VECTOR_MIN_ENTRIES` entries, by ``(K, 1)`` column vectors."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.bmm.default:
+        return False
+    shapes = [
+        getattr(arg.meta.get("val"), "shape", None) if isinstance(arg, torch.fx.Node) else None
+        for arg in node.args
+    ]
+    if any(shape is None or len(shape) != 3 for shape in shapes):
+        return False
+    (batch, rows, inner), (_, _, columns) = shapes
+    return batch > 1 and columns == 1 and rows * inner >= ROW_VECTOR_MIN_ENTRIES
 
 
 #: Operations that return their argument's values (``lift_fresh_copy``: a copy of a constant).
