@@ -300,7 +300,7 @@ def _logistic_value_and_grad(x, y):
 
 
 def _recorded_logistic(monkeypatch, same_bits):
-    """A logistic potential (4 chains, batches of 100 of 20 features) recorded with the
+    """A logistic potential (4 chains, batches of 128 of 20 features) recorded with the
     row-vector rewrite's bit check answering ``same_bits``; the graph, its eager function and
     inputs for replays."""
     from pyro_sgmcmc.models import graph_capture
@@ -313,7 +313,7 @@ def _recorded_logistic(monkeypatch, same_bits):
     monkeypatch.setattr(graph_capture, "_identical", lambda first, second: same_bits)
     captured = graph_capture.CapturedGraph(function)
     flat = 0.1 * torch.randn(4, 20, generator=generator)
-    rows = torch.randint(0, 1000, (4, 100), generator=generator)
+    rows = torch.randint(0, 1000, (4, 128), generator=generator)
     captured(flat, {}, rows)
     monkeypatch.undo()
     (graph,) = captured.graphs.values()
@@ -344,7 +344,7 @@ def test_a_row_vector_product_that_rounds_differently_is_not_used(monkeypatch):
     """The rewrite is kept only where it gives the eager computation's bits on the recording
     call: otherwise the graph keeps the products as recorded."""
     graph, *_ = _recorded_logistic(monkeypatch, same_bits=False)
-    assert _products(graph) == [[(4, 100, 20), (4, 20, 1)], [(4, 20, 100), (4, 100, 1)]]
+    assert _products(graph) == [[(4, 128, 20), (4, 20, 1)], [(4, 20, 128), (4, 128, 1)]]
 
 
 def test_replays_keep_the_eager_bits_whichever_product_is_used():
@@ -366,7 +366,8 @@ def test_replays_keep_the_eager_bits_whichever_product_is_used():
 
 
 def test_only_slow_matrix_vector_products_are_chosen():
-    """One chain, a matrix of under 1,024 entries or more than one column: left as recorded."""
+    """One chain, matrices of under 8,192 entries in all, or more than one column: left as
+    recorded."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from pyro_sgmcmc.models.graph_capture import _is_slow_matrix_vector
@@ -377,9 +378,9 @@ def test_only_slow_matrix_vector_products_are_chosen():
         return _is_slow_matrix_vector(node)
 
     assert chosen((4, 500, 20), (4, 20, 1))
-    assert chosen((2, 32, 50), (2, 50, 1))
+    assert chosen((4, 32, 100), (4, 100, 1))
     assert not chosen((1, 500, 20), (1, 20, 1))  # one chain: PyTorch's own kernel is fast
-    assert not chosen((4, 32, 10), (4, 10, 1))  # 320 entries
+    assert not chosen((4, 32, 50), (4, 50, 1))  # 6,400 entries
     assert not chosen((4, 500, 20), (4, 20, 2))
 
 
