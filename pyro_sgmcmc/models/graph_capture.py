@@ -12,9 +12,9 @@ without the Python around them. (NumPyro gets this from ``jax.jit``, with the sa
 One rewrite changes how, not what, a recorded graph computes: a batched matrix-vector product
 ``bmm(A, v)`` (``A`` of shape ``(C, M, K)``, ``v`` of shape ``(C, K, 1)``, e.g. ``x @ w`` of a
 linear predictor or a network's output layer for several chains, and its backward pass) is
-computed as the transpose of ``bmm(v^T, A^T)``, which PyTorch's CPU kernels run three to eight
+computed as the transpose of ``bmm(v^T, A^T)``, which PyTorch's CPU kernels run two to eight
 times faster for more than one chain. It is kept only where it gives the same bits as the
-product it replaces on the recording call (:func:`_with_row_vector_products`).
+product it replaces on the recording call (``_with_row_vector_products``).
 
 On the CPU a recorded graph is then handed to TorchScript's interpreter (``torch.jit.trace`` of
 the graph), which runs the same operations from C++ instead of one Python call each: two to
