@@ -365,6 +365,20 @@ def test_replays_keep_the_eager_bits_whichever_product_is_used():
             assert torch.equal(first, second)
 
 
+def test_graphs_off_the_cpu_keep_their_products(monkeypatch):
+    """The rewrite was measured on the CPU: a graph whose inputs live elsewhere is left as
+    recorded (here on the ``meta`` device, which any machine has), even where the bits agree."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from pyro_sgmcmc.models import graph_capture
+    from pyro_sgmcmc.models.graph_capture import _with_row_vector_products
+
+    monkeypatch.setattr(graph_capture, "_identical", lambda first, second: True)
+    left, right = torch.ones(4, 500, 20, device="meta"), torch.ones(4, 20, 1, device="meta")
+    graph = make_fx(torch.bmm, tracing_mode="fake")(left, right)
+    assert _with_row_vector_products(graph, (left, right)) is graph
+
+
 def test_only_slow_matrix_vector_products_are_chosen():
     """One chain, matrices of under 8,192 entries in all, or more than one column: left as
     recorded."""

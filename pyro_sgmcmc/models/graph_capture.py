@@ -187,8 +187,8 @@ def _simplified(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 def _with_row_vector_products(graph: torch.fx.GraphModule, inputs: tuple) -> torch.fx.GraphModule:
     r"""``graph`` with each batched matrix-vector product :math:`A v` computed as
-    :math:`(v^\top A^\top)^\top` (:func:`_is_slow_matrix_vector`), if that gives the same bits
-    on ``inputs``; ``graph`` itself otherwise.
+    :math:`(v^\top A^\top)^\top` (:func:`_is_slow_matrix_vector`), if ``inputs`` are on the CPU
+    and that gives the same bits on them; ``graph`` itself otherwise.
 
     ``torch.bmm`` on the CPU multiplies a batch of matrices by a batch of column vectors several
     times slower than a batch of row vectors by the same matrices (e.g. 35 us against 14 us for
@@ -197,9 +197,9 @@ def _with_row_vector_products(graph: torch.fx.GraphModule, inputs: tuple) -> tor
     the rewritten graph would round differently from the eager computation it stands in for,
     and is not used.
     """
-    products = [node for node in graph.graph.nodes if _is_slow_matrix_vector(node)]
-    if not products:
-        return graph
+    on_cpu = all(t.device.type == "cpu" for t in inputs if isinstance(t, torch.Tensor))
+    if not on_cpu or not any(_is_slow_matrix_vector(node) for node in graph.graph.nodes):
+        return graph  # measured on the CPU only
     rewritten = torch.fx.GraphModule(graph, copy.deepcopy(graph.graph))
     aten = torch.ops.aten
     for node in [node for node in rewritten.graph.nodes if _is_slow_matrix_vector(node)]:
