@@ -143,7 +143,7 @@ def _interpreted(graph: torch.fx.GraphModule, inputs: tuple) -> Callable[..., An
     or ``graph`` itself off the CPU, where tracing fails, or where the traced graph's results
     differ in any bit from the graph's on ``inputs`` (three calls, as TorchScript's profiling
     executor specialises the graph after its first calls)."""
-    if not all(t.device.type == "cpu" for t in inputs if isinstance(t, torch.Tensor)):
+    if not _on_cpu(inputs):
         return graph
     try:
         with warnings.catch_warnings():
@@ -156,6 +156,11 @@ def _interpreted(graph: torch.fx.GraphModule, inputs: tuple) -> Callable[..., An
     if not all(_identical(expected, replay) for replay in replays):
         return graph
     return traced
+
+
+def _on_cpu(inputs: tuple) -> bool:
+    """Whether every tensor among ``inputs`` is on the CPU."""
+    return all(t.device.type == "cpu" for t in inputs if isinstance(t, torch.Tensor))
 
 
 def _identical(first: Any, second: Any) -> bool:
@@ -197,8 +202,7 @@ def _with_row_vector_products(graph: torch.fx.GraphModule, inputs: tuple) -> tor
     the rewritten graph would round differently from the eager computation it stands in for,
     and is not used.
     """
-    on_cpu = all(t.device.type == "cpu" for t in inputs if isinstance(t, torch.Tensor))
-    if not on_cpu or not any(_is_slow_matrix_vector(node) for node in graph.graph.nodes):
+    if not _on_cpu(inputs) or not any(_is_slow_matrix_vector(node) for node in graph.graph.nodes):
         return graph  # measured on the CPU only
     rewritten = torch.fx.GraphModule(graph, copy.deepcopy(graph.graph))
     aten = torch.ops.aten
