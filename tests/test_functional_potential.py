@@ -301,8 +301,8 @@ def _logistic_value_and_grad(x, y):
 
 def _recorded_logistic(monkeypatch, same_bits):
     """A logistic potential (4 chains, batches of 128 of 20 features) recorded with the
-    row-vector rewrite's bit check answering ``same_bits``; the graph, its eager function and
-    inputs for replays."""
+    row-vector rewrite's bit check answering ``same_bits`` (or its calls, one per product);
+    the graph, its eager function and inputs for replays."""
     from pyro_sgmcmc.models import graph_capture
 
     generator = torch.Generator().manual_seed(0)
@@ -310,7 +310,8 @@ def _recorded_logistic(monkeypatch, same_bits):
     y = (torch.rand(1000, generator=generator) < 0.5).float()
     function = _logistic_value_and_grad(x, y)
     monkeypatch.setattr(graph_capture, "_interpreted", lambda graph, inputs: graph)
-    monkeypatch.setattr(graph_capture, "_identical", lambda first, second: same_bits)
+    answer = same_bits if callable(same_bits) else lambda: same_bits
+    monkeypatch.setattr(graph_capture, "_identical", lambda first, second: answer())
     captured = graph_capture.CapturedGraph(function)
     flat = 0.1 * torch.randn(4, 20, generator=generator)
     rows = torch.randint(0, 1000, (4, 128), generator=generator)
@@ -345,6 +346,15 @@ def test_a_row_vector_product_that_rounds_differently_is_not_used(monkeypatch):
     call: otherwise the graph keeps the products as recorded."""
     graph, *_ = _recorded_logistic(monkeypatch, same_bits=False)
     assert _products(graph) == [[(4, 128, 20), (4, 20, 1)], [(4, 20, 128), (4, 128, 1)]]
+
+
+def test_each_product_is_kept_or_refused_on_its_own(monkeypatch):
+    """A product whose rewrite rounds differently (e.g. one by ``nn.Linear``'s transposed
+    weight) does not take the others' rewrites with it: here the check accepts the first
+    product's rewrite and refuses the second's."""
+    answers = iter([True, False])
+    graph, *_ = _recorded_logistic(monkeypatch, same_bits=lambda: next(answers))
+    assert _products(graph) == [["new", "new"], [(4, 20, 128), (4, 128, 1)]]
 
 
 def test_replays_keep_the_eager_bits_whichever_product_is_used():
