@@ -214,9 +214,45 @@ def _recorded_regression():
     model, data = BayesianRegression(3), regression_data()
     structure, _, functional, flat = _setup(model, data, num_chains=2)
     rows = _rows(structure, 2, 10)
-    for _ in range(3):
+    for _ in range(4):  # two to find the priors, one eager, one recording
         functional.value_and_grad(flat, {}, rows)
     return functional, flat, rows
+
+
+def _record(captured, flat, rows):
+    """Record the graph of this signature (its first call runs the eager function)."""
+    for _ in range(2):
+        captured(flat, {}, rows)
+    assert len(captured.graphs) == 1
+
+
+def test_a_signature_is_recorded_at_its_second_call():
+    """A signature met once (e.g. a pass over the data's last, shorter chunk) is evaluated
+    eagerly, not recorded; its second call records it, later calls replay the recording."""
+    from pyro_sgmcmc.models import graph_capture
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1000, 20, generator=generator)
+    y = (torch.rand(1000, generator=generator) < 0.5).float()
+    calls = []
+    logistic = _logistic_value_and_grad(x, y)
+
+    def function(flat, fixed, rows):
+        calls.append(isinstance(flat, torch._subclasses.FakeTensor))
+        return logistic(flat, fixed, rows)
+
+    captured = graph_capture.CapturedGraph(function)
+    flat = 0.1 * torch.randn(4, 20, generator=generator)
+    rows = torch.randint(0, 1000, (4, 128), generator=generator)
+    first = captured(flat, {}, rows)
+    assert calls == [False] and captured.graphs == {}  # eager, nothing recorded
+    captured(flat, {}, rows.flip(-1))
+    assert calls == [False, True] and len(captured.graphs) == 1  # recorded on fake tensors
+    captured(flat, {}, rows[:, :64])  # another signature: eager again
+    assert calls == [False, True, False] and len(captured.graphs) == 1
+    for first_bits, replay_bits in zip(first, captured(flat, {}, rows), strict=True):
+        assert torch.equal(first_bits, replay_bits)
+    assert calls == [False, True, False]  # a replay runs no Python of the function
 
 
 def test_recorded_graphs_run_in_torchscript_with_the_same_bits(monkeypatch):
@@ -230,7 +266,7 @@ def test_recorded_graphs_run_in_torchscript_with_the_same_bits(monkeypatch):
     assert isinstance(replay, torch.jit.ScriptModule)
     captured = graph_capture.CapturedGraph(functional.captured.function)
     monkeypatch.setattr(graph_capture, "_interpreted", lambda graph, inputs: graph)  # FX itself
-    captured(flat, {}, rows)
+    _record(captured, flat, rows)
     (fx_graph,) = captured.graphs.values()
     assert isinstance(fx_graph, torch.fx.GraphModule)
     for call in range(5):
@@ -315,7 +351,7 @@ def _recorded_logistic(monkeypatch, same_bits):
     captured = graph_capture.CapturedGraph(function)
     flat = 0.1 * torch.randn(4, 20, generator=generator)
     rows = torch.randint(0, 1000, (4, 128), generator=generator)
-    captured(flat, {}, rows)
+    _record(captured, flat, rows)
     monkeypatch.undo()
     (graph,) = captured.graphs.values()
     return graph, function, flat, rows
@@ -486,7 +522,7 @@ def test_a_model_that_cannot_be_recorded_stays_eager_and_right(float64):
     x, y = torch.randn(40, dtype=torch.float64), torch.randn(40, dtype=torch.float64)
     structure, trace, functional, flat = _setup(_changing_structure, (x, y), num_chains=1)
     rows = _rows(structure, 1, 10)
-    for _ in range(3):
+    for _ in range(4):  # two to find the priors, one eager, one recording
         value, _ = functional.value_and_grad(flat, {}, rows)
     assert "data-dependent" in functional.captured.failure
     torch.testing.assert_close(value, trace.value_and_grad(flat, {}, rows)[0])
