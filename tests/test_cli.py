@@ -147,6 +147,30 @@ def test_integrator_reaches_the_kernels_and_the_summary(tmp_path, monkeypatch):
         CompareConfig(integrator="midpoint", out=None)
 
 
+def test_the_rounds_judge_a_network_where_the_table_does(tmp_path, monkeypatch):
+    """With ``--target-ess`` the SG-MCMC rounds judge the network on its outputs at the test
+    inputs, as the table's status does: the row says what the rounds concluded."""
+    from pyro_sgmcmc.cli import compare_fit
+
+    runs = []
+    original = compare_fit.run_chains
+
+    def spy(*args, **kwargs):
+        runs.append((kwargs, original(*args, **kwargs)))
+        return runs[-1][1]
+
+    monkeypatch.setattr(compare_fit, "run_chains", spy)
+    budget = [a for a in TINY if a != "none"]
+    budget[budget.index("--target-ess") + 1 : budget.index("--target-ess") + 1] = ["50"]
+    out = tmp_path / "rounds"
+    assert main(["compare", "--dataset", "sinusoid", "--methods", "sghmc", "--no-figures",
+                 "--out", str(out), *budget, "--max-seconds", "2"]) == 0  # fmt: skip
+    [(kwargs, result)] = runs
+    assert kwargs["target_ess"] == 50 and kwargs["test"][0].shape == (200, 1)
+    status = _summary(out)["methods"]["sghmc"]["status"]
+    assert status == ("converged" if result.verdict.converged else "not converged")
+
+
 def test_compare_exits_1_when_every_method_fails(tmp_path, capsys):
     out = tmp_path / "fail"
     args = ["compare", "--dataset", "linear", "--methods", "sgld", "--out", str(out), *TINY]

@@ -32,7 +32,7 @@ from pyro_sgmcmc.analysis.diagnostics import (
     judge,
     network_advice,
 )
-from pyro_sgmcmc.analysis.function_space import run_verdict
+from pyro_sgmcmc.analysis.function_space import HeldOutOutputDraws, run_verdict
 from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
 from pyro_sgmcmc.engine.adaptation import AdaptiveControl
 from pyro_sgmcmc.engine.thinning import (
@@ -271,6 +271,71 @@ def test_only_unconverged_networks_of_overdamped_kernels_get_the_advice():
     assert network_advice("sghmc", slow_network) == ""
     assert network_advice("sgld", judge(1.01, 30.0, 300.0, 4)) == ""  # parameters: no advice
     assert network_advice("sgld", judge(1.01, 900.0, 900.0, 4, function_space=True)) == ""
+
+
+def test_a_network_given_a_test_set_is_judged_where_convergence_report_judges_it():
+    """``run_chains(..., test=...)`` judges a network on its outputs at every test row, the
+    values ``to_inference_data(..., test=...)`` stores: the run's verdict and the report's are
+    one; the judging draws nothing from torch's generator, so the draws are those of a run
+    judged at training rows."""
+    x, y = _network_data()
+    x_test = torch.linspace(-1.5, 1.5, 40).unsqueeze(-1)  # beyond the data: wider, slower
+    options = {"num_chains": 2, "num_samples": 30, "warmup_steps": 40, "target_ess": None}
+
+    def run(**test):
+        kernel = SGHMC(BayesianMLP(1, [8], 1), batch_size=16, num_steps_per_sample=2, seed=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SamplerWarning)
+            return run_chains(kernel, x, y, **options, **test)
+
+    at_training_rows, at_test_rows = run(), run(test=(x_test,))
+    assert torch.equal(at_training_rows.samples["layers.0.weight"],
+                       at_test_rows.samples["layers.0.weight"])  # fmt: skip
+    report = convergence_report(to_inference_data(at_test_rows, test=(x_test,))).verdict
+    verdict = at_test_rows.verdict
+    assert verdict.basis == report.basis == "f(x)"
+    assert (verdict.converged, verdict.statistic) == (report.converged, report.statistic)
+    assert verdict.value == pytest.approx(report.value, rel=1e-6)
+    assert verdict.value != at_training_rows.verdict.value  # other outputs, another number
+
+
+def test_test_outputs_are_evaluated_once_per_draw_and_leave_the_generator_alone():
+    x, y = _network_data()
+    model = BayesianMLP(1, [8], 1)
+    result = run_chains(SGHMC(model, batch_size=16, num_steps_per_sample=2, seed=0), x, y,
+                        num_chains=2, num_samples=12, warmup_steps=40, target_ess=None)  # fmt: skip
+    outputs = HeldOutOutputDraws(result.model, (x, y), "data", (x[:7],), {})
+    state = torch.get_rng_state()
+    first = outputs({name: value[:, :5] for name, value in result.samples.items()})
+    whole = outputs(result.samples)
+    assert torch.equal(state, torch.get_rng_state())
+    assert first.shape == (2, 5, 7, 1) and whole.shape == (2, 12, 7, 1)
+    assert np.array_equal(whole[:, :5], first)
+    draw = {name: value[1, 8] for name, value in result.samples.items()}
+    expected = pyro.poutine.condition(model, data=draw)(x[:7])
+    expected = expected.detach().numpy().reshape(7, 1)
+    np.testing.assert_allclose(whole[1, 8], expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("test", "extra", "error", "message"),
+    [
+        (torch.zeros(5, 1), {}, TypeError, "test must be a tuple of model arguments"),
+        ((torch.zeros(5, 2),), {}, ValueError, r"test\[0\] has shape \(5, 2\) but the training"),
+        ((torch.full((5, 1), math.nan),), {}, ValueError, r"test\[0\] contains 5 NaN"),
+        (None, {"test_kwargs": {}}, ValueError, "test_kwargs was given without test"),
+    ],
+)  # fmt: skip
+def test_a_bad_test_set_is_refused_before_the_run(test, extra, error, message):
+    x, y = _network_data()
+    kernel = SGHMC(BayesianMLP(1, [8], 1), batch_size=16, num_steps_per_sample=2, seed=0)
+
+    def never(*_):
+        pytest.fail("the run started")
+
+    with pytest.raises(error, match=message):
+        run_chains(kernel, x, y, num_chains=2, num_samples=5, warmup_steps=40, callback=never,
+                   test=test, **extra)  # fmt: skip
 
 
 def _network_data():

@@ -21,11 +21,12 @@ from pyro.distributions import constraints as dist_constraints
 from pyro.poutine.messenger import unwrap
 from pyro.poutine.util import site_is_subsample
 
+from .._validation import as_tensor_arguments
 from ..errors import ModelMismatchError, ModelMismatchWarning
 from ..nn.mlp import ACTIVATIONS, BayesianMLP
 from .export_xarray import _argument_names
 
-__all__ = ["model_fingerprint"]
+__all__ = ["checked_test_set", "model_fingerprint"]
 
 
 class _DataError(ValueError):
@@ -146,6 +147,36 @@ def _check_finite(label: str, values: tuple, kwargs: Mapping[str, Any]) -> None:
                 f"{name} contains {bad} NaN or infinite value(s) of {value.numel()}; clean or "
                 "impute the data before exporting"
             )
+
+
+def checked_test_set(
+    model: Callable[..., Any], test: Any, test_kwargs: Any, args: tuple
+) -> tuple[tuple, dict[str, Any]] | None:
+    """``(test, test_kwargs)`` as tensors (``None`` without ``test``), refused before a run
+    rather than after it if they cannot be a test set of the training arguments ``args``.
+
+    Raises
+    ------
+    TypeError
+        ``test`` not a tuple or list of model arguments, ``test_kwargs`` not a mapping.
+    ValueError
+        ``test_kwargs`` without ``test``, an empty tensor, NaN or infinite values, or a test
+        tensor whose dimensions other than the rows differ from its training argument's.
+    """
+    if test is None:
+        if test_kwargs is not None:
+            raise ValueError("test_kwargs was given without test: give test=(x_test, ...) too")
+        return None
+    if not isinstance(test, (tuple, list)):
+        raise TypeError(
+            f"test must be a tuple of model arguments, e.g. (x_test,), got {type(test).__name__}"
+        )
+    if test_kwargs is not None and not isinstance(test_kwargs, Mapping):
+        raise TypeError(f"test_kwargs must be a mapping or None, got {type(test_kwargs).__name__}")
+    test, test_kwargs = as_tensor_arguments(tuple(test), dict(test_kwargs or {}))
+    _check_finite("test", test, test_kwargs)
+    _check_test_like_training(model, test, args)
+    return test, test_kwargs
 
 
 def _check_test_like_training(model, test: tuple, args: tuple) -> None:

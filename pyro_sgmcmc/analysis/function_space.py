@@ -5,8 +5,10 @@ r"""A run's verdict from its draws: parameters for identified models, outputs fo
 parameter for a model whose parameters are identified, and for a network
 (:func:`~pyro_sgmcmc.models.hidden_units.has_hidden_units`) on its outputs :math:`f(x)` -- the
 model's return value, or its site ``output`` -- at up to :data:`OUTPUT_ROWS` training rows spread
-over the data (:class:`OutputDraws`, which evaluates each draw once however often the run is
-judged).
+over the data (:class:`OutputDraws`), or at every row of a test set (:class:`HeldOutOutputDraws`:
+the outputs ``to_inference_data(..., test=...)`` stores, which
+:func:`~pyro_sgmcmc.analysis.diagnostics.convergence_report` judges). Both evaluate each draw
+once however often the run is judged.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from pyro import poutine
 from ..models.hidden_units import has_hidden_units
 from ..models.structure import DataPlate, spread_rows
 from .diagnostics import Verdict, judge, worst_statistics
+from .export_trace import OUTPUT, _test_pass
 
-__all__ = ["OUTPUT_ROWS", "OutputDraws", "run_verdict"]
+__all__ = ["OUTPUT_ROWS", "HeldOutOutputDraws", "OutputDraws", "run_verdict"]
 
 #: Training rows at which a network's outputs are judged.
 OUTPUT_ROWS = 64
@@ -86,10 +89,59 @@ class OutputDraws:
         return value.detach().double().cpu().numpy()
 
 
+class HeldOutOutputDraws:
+    """A network's outputs at every row of a test set for each draw, ``(C, S, rows, ...)``:
+    the values ``to_inference_data(..., test=...)`` stores as ``predictions["output"]``, from
+    the same pass over the draws, evaluated once per draw.
+
+    Parameters
+    ----------
+    model, args:
+        The model and its positional training arguments (the test set is checked against them).
+    plate_name:
+        The model's data plate.
+    test, test_kwargs:
+        Positional and keyword model arguments of the test set, as tensors.
+    """
+
+    def __init__(
+        self,
+        model: Callable[..., Any],
+        args: tuple,
+        plate_name: str,
+        test: tuple,
+        test_kwargs: Mapping[str, Any],
+    ) -> None:
+        self.model, self.args, self.plate_name = model, args, plate_name
+        self.test, self.test_kwargs = test, dict(test_kwargs)
+        self.values: list[np.ndarray] = []  # per draw index, (C, rows, ...)
+        self.has_output = True
+
+    def __call__(self, samples: Mapping[str, torch.Tensor]) -> np.ndarray | None:
+        """``(C, S, rows, ...)`` outputs for constrained ``samples`` ``(C, S, ...)`` per site
+        (``None`` if the model returns no output per row)."""
+        num_chains, num_draws = next(iter(samples.values())).shape[:2]
+        done = len(self.values)
+        if self.has_output and done < num_draws:
+            new = {name: value[:, done:num_draws] for name, value in samples.items()}
+            with torch.random.fork_rng(devices=[]):  # observed sites are drawn: keep the RNG
+                traced = _test_pass(self.model, new, self.test, self.test_kwargs, self.args,
+                                    plate_name=self.plate_name, chunk_size=None,
+                                    read_output=True)  # fmt: skip
+            outputs = traced.predictive.get(OUTPUT)
+            self.has_output = outputs is not None
+            if outputs is not None:
+                stacked = np.stack(outputs).reshape(num_chains, num_draws - done, *outputs[0].shape)
+                self.values.extend(stacked[:, s] for s in range(num_draws - done))
+        if not self.has_output or not self.values:
+            return None
+        return np.stack(self.values[:num_draws], axis=1)
+
+
 def run_verdict(
     samples: Mapping[str, torch.Tensor],
     model: Callable[..., Any],
-    outputs: OutputDraws | None,
+    outputs: OutputDraws | HeldOutOutputDraws | None,
     *,
     min_ess: float | None = None,
 ) -> Verdict:

@@ -248,7 +248,8 @@ def _run_sgmcmc(method: str, model, data: Dataset, config: CompareConfig) -> _Ru
             **common,
         )
     # with no learning rate the kernels adapt their step size and thinning during warm-up;
-    # the chains run stacked, and go on in rounds until converged (target_ess)
+    # the chains run stacked, and go on in rounds until converged (target_ess), judged as the
+    # table judges them: a network on its outputs at the test inputs
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="run_chains: .* not converged")
         result = run_chains(
@@ -256,6 +257,7 @@ def _run_sgmcmc(method: str, model, data: Dataset, config: CompareConfig) -> _Ru
             num_samples=config.num_samples, warmup_steps=config.warmup,
             distribute_chains=config.distributed == "chains", target_ess=config.target_ess,
             max_seconds=config.max_seconds if config.target_ess is not None else None,
+            test=(data.x_test, data.y_test),
         )  # fmt: skip
     thinning = [report["num_steps_per_sample"] for report in result.chain_reports]
     notes = f"{result.num_draws} draws per chain, {thinning} gradient steps per draw"

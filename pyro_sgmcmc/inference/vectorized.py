@@ -42,7 +42,8 @@ import torch
 
 from .._validation import as_tensor_arguments, check_model_kwargs, check_positive_int
 from ..analysis.diagnostics import Verdict, network_advice
-from ..analysis.function_space import OutputDraws, run_verdict
+from ..analysis.export_checks import checked_test_set
+from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, run_verdict
 from ..engine.build import PreparedChains, prepare_chains
 from ..engine.distributed import (
     agreed_seed,
@@ -217,7 +218,7 @@ def _stacked_initial(
 _RUN_OPTIONS = ("num_chains", "num_samples", "warmup_steps", "initial_params", "callback",
                 "checkpoint_path", "checkpoint_every", "checkpoint_seconds", "resume_from",
                 "overwrite", "disable_validation", "distribute_chains", "target_ess",
-                "max_seconds")  # fmt: skip
+                "max_seconds", "test", "test_kwargs")  # fmt: skip
 
 
 def run_chains(
@@ -237,6 +238,8 @@ def run_chains(
     distribute_chains: bool = False,
     target_ess: float | None = None,
     max_seconds: float | None = None,
+    test: tuple | None = None,
+    test_kwargs: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> VectorizedResult:
     r"""Run ``num_chains`` chains of an SG-MCMC kernel at once, batched along a chain axis.
@@ -304,6 +307,14 @@ def run_chains(
     max_seconds:
         The budget of sampling seconds for the rounds (the first ``num_samples`` draws are
         always made); alone, it runs rounds until the default bounds are met.
+    test, test_kwargs:
+        Positional (and keyword) model arguments of a test set, e.g. ``(x_test,)``: a network
+        is judged on its outputs at every test row -- those ``to_inference_data(result, ...,
+        test=...)`` stores, on which :func:`~pyro_sgmcmc.convergence_report` judges it -- instead
+        of at up to 64 training rows (:mod:`pyro_sgmcmc.analysis.function_space`). Checked
+        before the run starts (every dimension but the rows as in the training arguments, no
+        NaN or infinite values); models that are not networks are judged on their parameters
+        either way.
 
     Returns
     -------
@@ -328,6 +339,7 @@ def run_chains(
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be True or False, got {flag!r}")
     args, kwargs = as_tensor_arguments(args, kwargs)  # as MCMC.run does (the kernel's setup)
+    test_set = checked_test_set(kernel.model, test, test_kwargs, args)
     run = {"num_chains": num_chains, "num_samples": num_samples, "warmup_steps": warmup_steps}
     if target_ess is not None:
         run["target_ess"] = target_ess
@@ -356,7 +368,7 @@ def run_chains(
         if saver.round_target is not None:  # resumed in the middle of a round: finish it
             _sample(chains, recorder, saver.round_target, callback, saver, (args, kwargs))
         rounds = _Rounds(chains, recorder, target_ess, max_seconds, sampling_start,
-                         num_samples, num_chains)  # fmt: skip
+                         num_samples, num_chains, test_set)  # fmt: skip
         verdict = rounds.judge()
         while rounds.wanted and not verdict.converged:
             more = rounds.more_draws(verdict)
@@ -398,7 +410,7 @@ class _Rounds:
 
     def __init__(
         self, chains, recorder, target_ess, max_seconds, started: float, num_samples: int,
-        num_chains: int,
+        num_chains: int, test_set: tuple[tuple, dict[str, Any]] | None = None,
     ) -> None:  # fmt: skip
         self.chains, self.recorder = chains, recorder
         # without a time budget, the rounds stop at ROUNDS_LIMIT times the draws a chain needs
@@ -409,7 +421,12 @@ class _Rounds:
         self.started = started
         self.kept_since = (time.perf_counter(), recorder.count)
         structure = chains.structure
-        self.outputs = OutputDraws(structure.model, *chains.data, structure.plate)
+        if test_set is None:
+            self.outputs = OutputDraws(structure.model, *chains.data, structure.plate)
+        else:
+            self.outputs = HeldOutOutputDraws(
+                structure.model, chains.data[0], structure.plate.name, *test_set
+            )
         self.spent = False
         self.judged_at: list[int] = []
 
