@@ -127,6 +127,29 @@ def as_tensor_arguments(args: tuple, kwargs: Mapping[str, Any]) -> tuple[tuple, 
     return converted, {k: _as_tensor(f"kwargs[{k!r}]", v) for k, v in kwargs.items()}
 
 
+def check_options_not_model_parameters(
+    caller: str, model: Callable[..., Any], given: Mapping[str, Any]
+) -> None:
+    """Refuse options of ``caller`` given a value (not ``None``) that are also parameters of the
+    model: ``caller`` keeps them, so the model could never receive them.
+
+    Raises
+    ------
+    TypeError
+        Naming the option and the model's parameter of the same name.
+    """
+    signature = _model_signature(model)
+    if signature is None:
+        return
+    for name, value in given.items():
+        if value is not None and name in signature.parameters:
+            raise TypeError(
+                f"{caller}: {name}= is an option of {caller}, but the model also has a "
+                f"parameter {name!r}, which {caller} could then never pass to it: rename the "
+                "model's parameter"
+            )
+
+
 def _model_signature(model: Callable[..., Any]) -> inspect.Signature | None:
     target = model.forward if isinstance(model, torch.nn.Module) else model
     try:

@@ -276,8 +276,7 @@ def test_only_unconverged_networks_of_overdamped_kernels_get_the_advice():
 def test_a_network_given_a_test_set_is_judged_where_convergence_report_judges_it():
     """``run_chains(..., test=...)`` judges a network on its outputs at every test row, the
     values ``to_inference_data(..., test=...)`` stores: the run's verdict and the report's are
-    one; the judging draws nothing from torch's generator, so the draws are those of a run
-    judged at training rows."""
+    one, and the draws are those of a run judged at training rows."""
     x, y = _network_data()
     x_test = torch.linspace(-1.5, 1.5, 40).unsqueeze(-1)  # beyond the data: wider, slower
     options = {"num_chains": 2, "num_samples": 30, "warmup_steps": 40, "target_ess": None}
@@ -320,7 +319,10 @@ def test_test_outputs_are_evaluated_once_per_draw_and_leave_the_generator_alone(
 @pytest.mark.parametrize(
     ("test", "extra", "error", "message"),
     [
-        (torch.zeros(5, 1), {}, TypeError, "test must be a tuple of model arguments"),
+        (torch.zeros(5, 1), {}, ValueError, "test must be a tuple of model arguments"),
+        ([torch.zeros(5, 1)], {}, ValueError, "test must be a tuple of model arguments"),
+        # the model fails on it: found at the starting points, not after the run
+        ((torch.zeros(5, 1, dtype=torch.float64),), {}, ValueError, "fails on the test set"),
         ((torch.zeros(5, 2),), {}, ValueError, r"test\[0\] has shape \(5, 2\) but the training"),
         ((torch.full((5, 1), math.nan),), {}, ValueError, r"test\[0\] contains 5 NaN"),
         (None, {"test_kwargs": {}}, ValueError, "test_kwargs was given without test"),
@@ -336,6 +338,18 @@ def test_a_bad_test_set_is_refused_before_the_run(test, extra, error, message):
     with pytest.raises(error, match=message):
         run_chains(kernel, x, y, num_chains=2, num_samples=5, warmup_steps=40, callback=never,
                    test=test, **extra)  # fmt: skip
+
+
+def test_a_model_parameter_named_like_the_test_option_is_refused_by_name():
+    def model(x, y=None, test=False):
+        mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(mu + 0 * x, 1.0), obs=y)
+
+    x = torch.zeros(20)
+    with pytest.raises(TypeError, match="test= is an option of run_chains, but the model also"):
+        run_chains(SGLD(model, batch_size=5, seed=0), x, x, num_samples=5, warmup_steps=40,
+                   test=(x,))  # fmt: skip
 
 
 def _network_data():

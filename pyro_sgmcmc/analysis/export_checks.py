@@ -157,23 +157,20 @@ def checked_test_set(
 
     Raises
     ------
-    TypeError
-        ``test`` not a tuple or list of model arguments, ``test_kwargs`` not a mapping.
     ValueError
-        ``test_kwargs`` without ``test``, an empty tensor, NaN or infinite values, or a test
-        tensor whose dimensions other than the rows differ from its training argument's.
+        ``test`` not a tuple of model arguments, ``test_kwargs`` not a mapping or given without
+        ``test``, an empty tensor, NaN or infinite values, or a test tensor whose dimensions
+        other than the rows differ from its training argument's.
     """
     if test is None:
         if test_kwargs is not None:
             raise ValueError("test_kwargs was given without test: give test=(x_test, ...) too")
         return None
-    if not isinstance(test, (tuple, list)):
-        raise TypeError(
-            f"test must be a tuple of model arguments, e.g. (x_test,), got {type(test).__name__}"
-        )
+    if not isinstance(test, tuple):  # as the export refuses it
+        raise ValueError(f"test must be a tuple of model arguments, got {type(test).__name__}")
     if test_kwargs is not None and not isinstance(test_kwargs, Mapping):
-        raise TypeError(f"test_kwargs must be a mapping or None, got {type(test_kwargs).__name__}")
-    test, test_kwargs = as_tensor_arguments(tuple(test), dict(test_kwargs or {}))
+        raise ValueError(f"test_kwargs must be a mapping or None, got {type(test_kwargs).__name__}")
+    test, test_kwargs = as_tensor_arguments(test, dict(test_kwargs or {}))
     _check_finite("test", test, test_kwargs)
     _check_test_like_training(model, test, args)
     return test, test_kwargs

@@ -117,25 +117,41 @@ class HeldOutOutputDraws:
         self.values: list[np.ndarray] = []  # per draw index, (C, rows, ...)
         self.has_output = True
 
+    def check(self, draw: Mapping[str, torch.Tensor]) -> None:
+        """Evaluate the test set at constrained ``draw`` ``(C, ...)`` per site (e.g. the chains'
+        starting points) and keep nothing: a test set the model fails on (dtype, device, values
+        outside the likelihood's support) raises the export's ``ValueError`` naming ``test``
+        before a run rather than after it."""
+        self._outputs({name: value.unsqueeze(1) for name, value in draw.items()})
+
     def __call__(self, samples: Mapping[str, torch.Tensor]) -> np.ndarray | None:
         """``(C, S, rows, ...)`` outputs for constrained ``samples`` ``(C, S, ...)`` per site
         (``None`` if the model returns no output per row)."""
-        num_chains, num_draws = next(iter(samples.values())).shape[:2]
+        num_draws = next(iter(samples.values())).shape[1]
         done = len(self.values)
         if self.has_output and done < num_draws:
             new = {name: value[:, done:num_draws] for name, value in samples.items()}
-            with torch.random.fork_rng(devices=[]):  # observed sites are drawn: keep the RNG
-                traced = _test_pass(self.model, new, self.test, self.test_kwargs, self.args,
-                                    plate_name=self.plate_name, chunk_size=None,
-                                    read_output=True)  # fmt: skip
-            outputs = traced.predictive.get(OUTPUT)
+            outputs = self._outputs(new)
             self.has_output = outputs is not None
             if outputs is not None:
-                stacked = np.stack(outputs).reshape(num_chains, num_draws - done, *outputs[0].shape)
-                self.values.extend(stacked[:, s] for s in range(num_draws - done))
+                self.values.extend(outputs[:, s] for s in range(num_draws - done))
         if not self.has_output or not self.values:
             return None
         return np.stack(self.values[:num_draws], axis=1)
+
+    def _outputs(self, samples: Mapping[str, torch.Tensor]) -> np.ndarray | None:
+        """The export's test pass over ``samples`` ``(C, S, ...)``: ``(C, S, rows, ...)``."""
+        num_chains, num_draws = next(iter(samples.values())).shape[:2]
+        devices = {t.device for t in self.test if isinstance(t, torch.Tensor)}
+        cuda = [device for device in devices if device.type == "cuda"]
+        with torch.random.fork_rng(devices=cuda):  # observed sites are drawn: keep the RNG
+            traced = _test_pass(self.model, samples, self.test, self.test_kwargs, self.args,
+                                plate_name=self.plate_name, chunk_size=None,
+                                read_output=True)  # fmt: skip
+        outputs = traced.predictive.get(OUTPUT)
+        if outputs is None:
+            return None
+        return np.stack(outputs).reshape(num_chains, num_draws, *outputs[0].shape)
 
 
 def run_verdict(

@@ -19,6 +19,8 @@ from ..dynamics.sgld import DEFAULT_INTEGRATOR, check_integrator
 
 #: Inference methods known to :func:`run_comparison`, in their default order.
 METHODS = ("nuts", "sghmc", "sgld", "psgld", "svi")
+#: The methods that run as stacked SG-MCMC chains, in rounds until converged (``target_ess``).
+SGMCMC_METHODS = ("sghmc", "sgld", "psgld")
 #: Activations of the hidden layers.
 ACTIVATIONS = ("tanh", "relu", "sigmoid", "softplus")
 #: Weight priors: i.i.d. Normal, Blundell's scale mixture, Neal's per-layer Gamma precision.

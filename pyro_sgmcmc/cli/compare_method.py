@@ -35,7 +35,7 @@ from ..analysis.predictive import (
 from ..data.datasets import Dataset
 from ..errors import SamplerDivergedError
 from ..nn import BayesianMLP
-from .compare_config import METHODS, CompareConfig
+from .compare_config import METHODS, SGMCMC_METHODS, CompareConfig
 from .compare_fit import _RUNNERS, TensorDict, _Run, build_model
 from .compare_results import MethodResult
 
@@ -80,11 +80,16 @@ def predictive_metrics(prediction: Prediction, data: Dataset) -> dict[str, float
 # --------------------------------------------------------------------------- diagnostics
 
 
-def convergence(idata, method: str, wall_time: float) -> dict[str, Any]:
+def convergence(
+    idata, method: str, wall_time: float, min_ess: float | None = None
+) -> dict[str, Any]:
     """Worst split R-hat and bulk ESS over all scalar parameters, ESS/s and divergences, the
     same for a network's outputs at the test inputs, and the verdict (``"verdict"``: on the
-    outputs for a network, else on the parameters)."""
-    report = convergence_report(idata, method, wall_time=wall_time, function_space=False)
+    outputs for a network, else on the parameters; ``min_ess``: the total ESS the SG-MCMC
+    rounds drew for, required besides the default bound, as the rounds required it)."""
+    report = convergence_report(
+        idata, method, wall_time=wall_time, function_space=False, min_ess=min_ess
+    )
     independent = method == "svi"
     result = {
         "max_rhat": report.max_rhat,
@@ -102,7 +107,7 @@ def convergence(idata, method: str, wall_time: float) -> dict[str, Any]:
     ):
         output = convergence_report(
             idata, method, wall_time=wall_time, group="predictions", var_names=["output"],
-            function_space=True,
+            function_space=True, min_ess=min_ess,
         )  # fmt: skip
         result["max_rhat_output"] = output.max_rhat
         result["min_ess_bulk_output"] = None if independent else output.min_ess_bulk
@@ -197,7 +202,8 @@ def run_method(
         result.message = run.notes
         say(f"[{method}] exporting and predicting")
         idata = _export(run, model, data, config, method, result.wall_time)
-        _predict_and_diagnose(outcome, model, idata)
+        rounds_ess = config.target_ess if method in SGMCMC_METHODS else None
+        _predict_and_diagnose(outcome, model, idata, rounds_ess)
         outcome.idata = idata
     except Exception as error:  # any failure of one method is reported, the others go on
         _record_failure(result, error, began, say)
@@ -230,15 +236,18 @@ def _export(
     return idata
 
 
-def _predict_and_diagnose(outcome: MethodOutcome, model: BayesianMLP, idata: Any) -> None:
-    """Fill in the predictions of ``outcome`` and its row's metrics, diagnostics, status, notes."""
+def _predict_and_diagnose(
+    outcome: MethodOutcome, model: BayesianMLP, idata: Any, min_ess: float | None
+) -> None:
+    """Fill in the predictions of ``outcome`` and its row's metrics, diagnostics, status, notes
+    (``min_ess``: the total ESS its rounds drew for, see :func:`convergence`)."""
     result, data, method = outcome.result, outcome.data, outcome.result.method
     samples = posterior_samples(idata)
     outcome.prediction = posterior_predictive(model, samples, data.x_test, data.y_test)
     result.metrics = predictive_metrics(outcome.prediction, data)
     if data.x_grid is not None:
         outcome.grid_prediction = posterior_predictive(model, samples, data.x_grid)
-    result.diagnostics = convergence(idata, method, result.wall_time)
+    result.diagnostics = convergence(idata, method, result.wall_time, min_ess)
     verdict = result.diagnostics.pop("verdict")
     if method != "svi":
         result.status = "converged" if verdict.converged else "not converged"

@@ -40,7 +40,12 @@ import numpy as np
 import pyro
 import torch
 
-from .._validation import as_tensor_arguments, check_model_kwargs, check_positive_int
+from .._validation import (
+    as_tensor_arguments,
+    check_model_kwargs,
+    check_options_not_model_parameters,
+    check_positive_int,
+)
 from ..analysis.diagnostics import Verdict, network_advice
 from ..analysis.export_checks import checked_test_set
 from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, run_verdict
@@ -311,10 +316,13 @@ def run_chains(
         Positional (and keyword) model arguments of a test set, e.g. ``(x_test,)``: a network
         is judged on its outputs at every test row -- those ``to_inference_data(result, ...,
         test=...)`` stores, on which :func:`~pyro_sgmcmc.convergence_report` judges it -- instead
-        of at up to 64 training rows (:mod:`pyro_sgmcmc.analysis.function_space`). Checked
-        before the run starts (every dimension but the rows as in the training arguments, no
-        NaN or infinite values); models that are not networks are judged on their parameters
-        either way.
+        of at up to 64 training rows (:mod:`pyro_sgmcmc.analysis.function_space`); each
+        round evaluates its new draws at every test row, so keep a large test set to a few
+        hundred rows for judging. Checked before the run starts: a tuple, every dimension but
+        the rows as in the training arguments, finite, and evaluated once at the chains'
+        starting points (the model must accept it: dtype, device, the likelihood's support).
+        A model with a parameter named ``test`` or ``test_kwargs`` is refused with either
+        given. Models that are not networks are judged on their parameters either way.
 
     Returns
     -------
@@ -331,6 +339,8 @@ def run_chains(
         kernel, num_chains, num_samples, warmup_steps
     )
     check_model_kwargs("run_chains", _RUN_OPTIONS, kernel.model, kwargs)
+    given = {"test": test, "test_kwargs": test_kwargs}
+    check_options_not_model_parameters("run_chains", kernel.model, given)
     target_ess, max_seconds = _check_budget(target_ess, max_seconds)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable or None, got {callback!r}")
@@ -362,13 +372,14 @@ def run_chains(
         saver = _Saver(kernel, chains, recorder, run, fingerprint, policy)
         if resume_from is not None:
             saver.restore(resume_from)
+        outputs = _judged_outputs(chains, test_set)
         setup_time = time.perf_counter() - setup_start
         sampling_start = time.perf_counter()
         _sample(chains, recorder, warmup_steps + num_samples, callback, saver, (args, kwargs))
         if saver.round_target is not None:  # resumed in the middle of a round: finish it
             _sample(chains, recorder, saver.round_target, callback, saver, (args, kwargs))
         rounds = _Rounds(chains, recorder, target_ess, max_seconds, sampling_start,
-                         num_samples, num_chains, test_set)  # fmt: skip
+                         num_samples, num_chains, outputs)  # fmt: skip
         verdict = rounds.judge()
         while rounds.wanted and not verdict.converged:
             more = rounds.more_draws(verdict)
@@ -405,12 +416,26 @@ def _check_budget(
 ROUNDS_LIMIT = 10
 
 
+def _judged_outputs(
+    chains: PreparedChains, test_set: tuple[tuple, dict[str, Any]] | None
+) -> OutputDraws | HeldOutOutputDraws:
+    """The outputs a network is judged on: at training rows, or at a test set, which is tried
+    at the chains' starting points first (a test set the model fails on is refused before the
+    run, not after it)."""
+    structure = chains.structure
+    if test_set is None:
+        return OutputDraws(structure.model, *chains.data, structure.plate)
+    outputs = HeldOutOutputDraws(structure.model, chains.data[0], structure.plate.name, *test_set)
+    outputs.check(chains.constrain(chains.draw()))
+    return outputs
+
+
 class _Rounds:
     """Judges a run after its draws and, for a run until converged, sizes its next round."""
 
     def __init__(
         self, chains, recorder, target_ess, max_seconds, started: float, num_samples: int,
-        num_chains: int, test_set: tuple[tuple, dict[str, Any]] | None = None,
+        num_chains: int, outputs: OutputDraws | HeldOutOutputDraws,
     ) -> None:  # fmt: skip
         self.chains, self.recorder = chains, recorder
         # without a time budget, the rounds stop at ROUNDS_LIMIT times the draws a chain needs
@@ -420,13 +445,7 @@ class _Rounds:
         self.wanted = target_ess is not None or max_seconds is not None
         self.started = started
         self.kept_since = (time.perf_counter(), recorder.count)
-        structure = chains.structure
-        if test_set is None:
-            self.outputs = OutputDraws(structure.model, *chains.data, structure.plate)
-        else:
-            self.outputs = HeldOutOutputDraws(
-                structure.model, chains.data[0], structure.plate.name, *test_set
-            )
+        self.outputs = outputs
         self.spent = False
         self.judged_at: list[int] = []
 
