@@ -342,12 +342,8 @@ def run_chains(
     given = {"test": test, "test_kwargs": test_kwargs}
     check_options_not_model_parameters("run_chains", kernel.model, given)
     target_ess, max_seconds = _check_budget(target_ess, max_seconds)
-    if callback is not None and not callable(callback):
-        raise TypeError(f"callback must be callable or None, got {callback!r}")
-    for name, flag in [("disable_validation", disable_validation),
-                       ("distribute_chains", distribute_chains)]:  # fmt: skip
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be True or False, got {flag!r}")
+    _check_flags(callback, disable_validation=disable_validation,
+                 distribute_chains=distribute_chains)  # fmt: skip
     args, kwargs = as_tensor_arguments(args, kwargs)  # as MCMC.run does (the kernel's setup)
     test_set = checked_test_set(kernel.model, test, test_kwargs, args)
     run = {"num_chains": num_chains, "num_samples": num_samples, "warmup_steps": warmup_steps}
@@ -414,6 +410,15 @@ def _check_budget(
 #: ``max(num_samples, target_ess / num_chains)`` draws per chain (a run that cannot converge
 #: must still end).
 ROUNDS_LIMIT = 10
+
+
+def _check_flags(callback: Any, **flags: Any) -> None:
+    """Refuse a ``callback`` that cannot be called and flags that are not ``True`` or ``False``."""
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None, got {callback!r}")
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
 
 
 def _judged_outputs(
