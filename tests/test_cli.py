@@ -263,6 +263,8 @@ def test_a_time_budget_skips_the_methods_not_started_with_jobs(tmp_path, capsys)
         (["--prior", "laplace"], "prior must be one of normal"),
         (["--noise", "student"], "noise must be one of auto"),
         (["--hidden", "4,x"], "argument --hidden"),
+        (["--hidden", "8,,8"], "argument --hidden: expected integers such as 16,16, got an empty"),
+        (["--methods", "sghmc,"], "argument --methods: expected method names, got an empty entry"),
         (["--max-tree-depth", "40"], "max_tree_depth must lie in"),
         (["--test-fraction", "1"], "test_fraction must lie in"),
         (["--time-budget", "-1"], "time_budget must be > 0"),

@@ -8,6 +8,7 @@ bounds of the verdict are Vehtari et al. (2021)'s, in :mod:`pyro_sgmcmc.analysis
 from __future__ import annotations
 
 import math
+import time
 import warnings
 
 import numpy as np
@@ -23,7 +24,15 @@ from stats_helpers import (
 )
 from torch import nn
 
-from pyro_sgmcmc import PSGLD, SGHMC, SGLD, BayesianMLP, run_chains, to_inference_data
+from pyro_sgmcmc import (
+    PSGLD,
+    SGHMC,
+    SGLD,
+    BayesianMLP,
+    ResumableMCMC,
+    run_chains,
+    to_inference_data,
+)
 from pyro_sgmcmc.analysis.diagnostics import (
     ESS_PER_CHAIN,
     FUNCTION_RHAT_BOUND,
@@ -218,6 +227,19 @@ def test_a_spent_budget_says_so(y):
     assert not result.verdict.converged
 
 
+def test_the_first_round_is_sized_by_the_pace_of_the_kept_draws(y):
+    """Each kept draw takes at least 50 ms here (the callback): whatever the verdict asks, the
+    first round holds no more draws than fit in what is left of the 2 s budget (it was once
+    sized by the time of the verdict alone, hundreds of draws, and overran the budget)."""
+    kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=1, seed=0)
+    with pytest.warns(SamplerWarning, match=r"budget of max_seconds=2 is spent"):
+        result = run_chains(kernel, y, num_chains=2, num_samples=10, warmup_steps=30,
+                            target_ess=1e9, max_seconds=2.0,
+                            callback=lambda index, draw: time.sleep(0.05))  # fmt: skip
+    first, second = result.judged_at[:2]
+    assert first == 10 and 1 <= second - first <= 2.0 / 0.05
+
+
 def test_a_run_that_cannot_converge_stops_at_ten_times_its_draws(y):
     """Without max_seconds, the rounds end at ROUNDS_LIMIT x max(num_samples, target_ess /
     num_chains) draws per chain, and say so."""
@@ -245,6 +267,40 @@ def test_mcmc_warns_at_the_end_of_an_unconverged_run(y):
     verdicts = [str(w.message) for w in caught if "MCMC with SGLD" in str(w.message)]
     assert len(verdicts) == 1, verdicts  # once, at the end of the last chain
     assert verdicts[0].startswith("MCMC with SGLD: 2 chains x 30 draws, not converged: R-hat")
+
+
+def _verdicts(caught) -> list[str]:
+    return [str(w.message) for w in caught if "MCMC with SGLD" in str(w.message)]
+
+
+def test_resumable_mcmc_judges_all_its_chains_together_resumed_or_not(y, tmp_path):
+    """As pyro.infer.MCMC does: once, at the end, on every chain's draws -- those of a chain
+    restored from a checkpoint too (two chains in different modes pass one at a time)."""
+
+    def kernel():
+        return SGLD(normal_mean, step_size=1e-5, batch_size=20, seed=0)
+
+    options = dict(num_samples=30, warmup_steps=5, num_chains=2, disable_progbar=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        MCMC(kernel(), **options).run(y)
+        ResumableMCMC(kernel(), **options).run(y)
+    pyro_verdict, resumable_verdict = _verdicts(caught)
+    assert resumable_verdict == pyro_verdict
+
+    def stop_in_the_second_chain(kernel, params, stage, index):
+        if stage.startswith("Sample [1]") and index == 10:
+            raise KeyboardInterrupt
+
+    path = tmp_path / "run.ckpt"
+    run = ResumableMCMC(kernel(), **options, checkpoint_path=path, hook_fn=stop_in_the_second_chain)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(KeyboardInterrupt):
+            run.run(y)
+        assert not _verdicts(caught), "no verdict on an interrupted run"
+        ResumableMCMC.resume(path, kernel(), y, disable_progbar=True)
+    assert _verdicts(caught) == [pyro_verdict]
 
 
 def test_a_network_is_judged_on_its_outputs():
@@ -325,6 +381,9 @@ def test_test_outputs_are_evaluated_once_per_draw_and_leave_the_generator_alone(
         ((torch.zeros(5, 1, dtype=torch.float64),), {}, ValueError, "fails on the test set"),
         ((torch.zeros(5, 2),), {}, ValueError, r"test\[0\] has shape \(5, 2\) but the training"),
         ((torch.full((5, 1), math.nan),), {}, ValueError, r"test\[0\] contains 5 NaN"),
+        # inputs and targets of different lengths, which a model with validation off accepts
+        ((torch.zeros(5, 1), torch.zeros(3)), {}, ValueError,
+         r"test\[0\] has 5 rows but test\[1\] has 3: the training arguments 'x' and 'y'"),
         (None, {"test_kwargs": {}}, ValueError, "test_kwargs was given without test"),
     ],
 )  # fmt: skip

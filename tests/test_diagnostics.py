@@ -15,6 +15,8 @@ from pyro.infer.autoguide.initialization import init_to_sample
 
 from pyro_sgmcmc import SGLD, _arviz
 from pyro_sgmcmc.analysis.diagnostics import (
+    FUNCTION_RHAT_BOUND,
+    RHAT_BOUND,
     ConvergenceReport,
     convergence_report,
     format_reports,
@@ -167,6 +169,36 @@ def test_report_fields_table_and_validation(y, capfd):
         convergence_report(idata, var_names=["nope"])
     with pytest.raises(ValueError, match="wall_time"):
         convergence_report(idata, wall_time=-1.0)
+
+
+def test_a_network_report_judges_its_outputs_and_names_any_other_choice():
+    rng = np.random.default_rng(0)
+    # two chains that disagree a little: R-hat about 1.03, within a network's outputs' bound,
+    # beyond a parameter's
+    stuck = rng.normal(size=(2, 500)) + np.array([[0.0], [0.5]])
+    idata = _arviz.from_samples(
+        {"w": rng.normal(size=(2, 500, 3)), "sigma": stuck},
+        predictions={"output": rng.normal(size=(2, 500, 4))},
+        log_likelihood={"obs": stuck[..., None] + rng.normal(size=(2, 500, 5))},
+    )
+    idata["posterior"].attrs["function_space"] = 1  # as the export marks a network
+    outputs = convergence_report(idata)
+    assert outputs.verdict.basis == "f(x)" and outputs.verdict.converged
+    # sigma is a parameter of the posterior: named there, judged with the parameters' bound
+    for report in (
+        convergence_report(idata, var_names=["sigma"]),
+        convergence_report(idata, group="posterior", var_names=["sigma"]),
+    ):
+        assert report.verdict.basis == "parameters" and not report.verdict.converged
+        assert report.verdict.statistic == "R-hat" and report.verdict.bound == RHAT_BOUND
+        assert RHAT_BOUND < report.max_rhat < FUNCTION_RHAT_BOUND
+    ll = convergence_report(idata, group="log_likelihood")
+    assert ll.verdict.basis == "log_likelihood" and ll.verdict.bound == RHAT_BOUND
+    assert convergence_report(idata, group="log_likelihood", function_space=True).verdict.converged
+    assert "R-hat of log_likelihood" in str(ll.verdict)
+    explicit = convergence_report(idata, group="predictions", var_names=["output"])
+    assert explicit.verdict == outputs.verdict
+    assert convergence_report(idata, var_names=["output"]).verdict == outputs.verdict
 
 
 def test_report_on_another_group_and_bad_group():

@@ -14,7 +14,7 @@ import torch
 from pyro.infer import HMC, MCMC, NUTS
 from pyro.nn import PyroModule, PyroSample
 
-from pyro_sgmcmc import PSGLD, SGHMC, SGLD, _arviz
+from pyro_sgmcmc import PSGLD, SGHMC, SGLD, _arviz, run_chains
 from pyro_sgmcmc.analysis.export import (
     HMCStatsCollector,
     ModelMismatchWarning,
@@ -372,11 +372,53 @@ def test_datatree_layout_has_the_same_groups(results, data, tmp_path):
 
 
 def test_dims_override(results, data):
-    x, y, _, _ = data
+    x, y, x_test, y_test = data
+    dims = {"w": ["coefficient"], "obs": ["row"], "x": ["row", "feature"]}
     groups = build_groups(
-        results["_svi_result"], None, x, y, num_draws=3, dims={"w": ["coefficient"]}
+        results["_svi_result"], None, x, y, num_draws=3, dims=dims, test=(x_test, y_test)
     )
     assert groups["posterior"]["w"].dims == ("chain", "draw", "coefficient")
+    # an observed site's names hold in every group of it, its log-likelihood included (ArviZ
+    # 1.x's LOO-PIT needs one observation dimension across these groups); arguments by name
+    for group in ("log_likelihood", "posterior_predictive", "predictions"):
+        assert groups[group]["obs"].dims == ("chain", "draw", "row"), group
+    assert groups["observed_data"]["obs"].dims == ("row",)
+    assert groups["constant_data"]["x"].dims == ("row", "feature")
+    assert groups["predictions_constant_data"]["x"].dims == ("row", "feature")
+    assert groups["predictions_constant_data"].sizes["row"] == N_TEST
+
+
+def test_every_dimension_has_integer_coordinates(results):
+    """As ArviZ's converters give them: arviz_plots' rank plot fails on a dimension without."""
+    idata = results["SGHMC"]
+    for group in _arviz.group_names(idata):
+        dataset = _arviz.get_group(idata, group)
+        for dim, size in dataset.sizes.items():
+            assert dim in dataset.coords, (group, dim)
+            np.testing.assert_array_equal(dataset.coords[dim].values, np.arange(size))
+
+
+def test_discrete_observations_are_exported_as_integers():
+    """Pyro's Bernoulli takes and draws floats; ArviZ's discrete checks and plots want ints."""
+
+    def logistic(x, y=None):
+        w = pyro.sample("w", dist.Normal(torch.zeros(2), 1.0).to_event(1))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Bernoulli(logits=x @ w), obs=y)
+
+    x = torch.randn(12, 2, generator=torch.Generator().manual_seed(0))
+    y = (x[:, 0] > 0).float()
+    kernel = SGLD(logistic, batch_size=6, step_size=1e-3, num_steps_per_sample=1, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a short run: "not converged"
+        result = run_chains(kernel, x, y, num_chains=2, num_samples=4, warmup_steps=4)
+    idata = to_inference_data(result, logistic, x, y, test=(x[:5],), seed=0)
+    for group in ("observed_data", "posterior_predictive", "predictions"):
+        values = _arviz.get_group(idata, group)["obs"].values
+        assert values.dtype == np.int64, group
+        assert set(np.unique(values)) <= {0, 1}, group
+    np.testing.assert_array_equal(idata.observed_data["obs"].values, y.long().numpy())
+    assert idata.log_likelihood["obs"].dtype == np.float64
 
 
 def test_argument_validation(results, data):

@@ -11,6 +11,7 @@ from pyro import poutine
 from pyro.infer import SVI, Trace_ELBO
 from pyro.infer.autoguide import AutoNormal
 
+from pyro_sgmcmc.analysis.export import from_draws
 from pyro_sgmcmc.analysis.metrics import predictive_log_likelihood
 from pyro_sgmcmc.analysis.predictive import (
     ClassificationPrediction,
@@ -128,6 +129,21 @@ def test_guide_draws_feed_the_predictive():
     assert {k: v.shape[0] for k, v in draws.items()} == {k: 7 for k in model.latent_sites}
     pred = posterior_predictive(model, draws, x, y)
     assert pred.probs.shape == (20, 3) and pred.num_draws == 7
+
+
+def test_an_exported_posterior_group_feeds_the_predictive():
+    """The draws a user holds after exporting: ``idata.posterior`` (xarray), chains first."""
+    model = BayesianMLP(2, [4], 1, likelihood="heteroscedastic")
+    x, y = torch.randn(15, 2), torch.randn(15)
+    draws = {k: v.reshape(2, 3, *v.shape[1:]) for k, v in prior_draws(model, x, 6).items()}
+    posterior = from_draws(draws).posterior
+    from_tensors = posterior_predictive(model, draws, x, y)
+    for given in (posterior, posterior.to_dataset() if hasattr(posterior, "to_dataset") else None):
+        if given is None:
+            continue
+        from_export = posterior_predictive(model, given, x, y)
+        assert torch.equal(from_export.mean, from_tensors.mean)
+        assert torch.equal(from_export.log_predictive_density, from_tensors.log_predictive_density)
 
 
 def test_probability_cutoff_refuses_uncertain_inputs():

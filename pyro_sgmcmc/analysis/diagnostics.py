@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,9 @@ FUNCTION_RHAT_BOUND = 1.05
 ESS_PER_CHAIN = 100
 #: Fewer draws per chain than this cannot be judged (ArviZ's ESS needs four).
 MIN_DRAWS = 4
+#: The groups where an export keeps a network's outputs ``output`` (test inputs first); their
+#: draws are judged in function space.
+OUTPUT_GROUPS = ("predictions", "posterior_predictive")
 
 
 @dataclass(frozen=True)
@@ -279,15 +282,18 @@ def convergence_report(
     wall_time:
         Seconds of inference, >= 0; defaults to the ``sampling_time`` attribute.
     var_names:
-        Variables to include (default: all of the group).
+        Variables to include (default: all of the group; for a network's default group, its
+        outputs ``output``). Without ``group``, names that are not all variables of the
+        network's output group select them from the posterior.
     group:
         The group whose draws are diagnosed. Default: ``"posterior"``; for a network
         (``function_space``), its outputs: the variable ``output`` of ``predictions`` (the
         test inputs), else of ``posterior_predictive`` (the training inputs).
     function_space:
         Judge the draws as a network's outputs (:data:`FUNCTION_RHAT_BOUND`). Default: the
-        ``function_space`` attribute the export records for networks, when the export holds
-        their outputs.
+        ``function_space`` attribute the export records for networks, for the groups of
+        :data:`OUTPUT_GROUPS`; any other group (e.g. ``sigma`` in the posterior, or
+        ``log_likelihood``) is judged with the parameters' bounds and named in the verdict.
     min_ess:
         A total bulk and tail ESS to require beyond :data:`ESS_PER_CHAIN` per chain.
 
@@ -298,14 +304,11 @@ def convergence_report(
     if not _arviz.has_group(idata, "posterior"):
         raise ValueError("idata must have a posterior group")
     attrs = _arviz.get_group(idata, "posterior").attrs
-    if function_space is None:
-        function_space = bool(attrs.get("function_space", False)) and (
-            group is not None or _output_group(idata) is not None
-        )
+    network = bool(attrs.get("function_space", False))
     if group is None:
-        group = (_output_group(idata) if function_space else None) or "posterior"
-        if function_space and var_names is None and group != "posterior":
-            var_names = ["output"]
+        group, var_names = _default_selection(idata, network, function_space, var_names)
+    if function_space is None:
+        function_space = network and group in OUTPUT_GROUPS
     dataset = _select(idata, group, var_names)
     if wall_time is None:
         wall_time = attrs.get("sampling_time", math.nan)
@@ -326,6 +329,8 @@ def convergence_report(
         max_rhat, min_bulk, min_tail, int(num_chains),
         function_space=function_space, min_ess=min_ess, num_draws=int(num_draws),
     )  # fmt: skip
+    if not function_space and group != "posterior":  # name what was judged
+        verdict = replace(verdict, basis=group)
     if "svi_estimator" in attrs:  # an SVI export (pyro_sgmcmc.analysis.export)
         # draws of a variational guide are independent by construction: no chain to judge
         verdict = Verdict(False, "fitted", math.nan, math.nan, 1.0, verdict.basis)
@@ -343,9 +348,25 @@ def convergence_report(
     )
 
 
+def _default_selection(
+    idata: Any, network: bool, function_space: bool | None, var_names: Sequence[str] | None
+) -> tuple[str, Sequence[str] | None]:
+    """The group (and variables) judged when none is given: a network's outputs where the
+    export holds them and ``var_names`` names none but them, else the posterior."""
+    output_group = _output_group(idata)
+    wanted = network if function_space is None else function_space
+    if not wanted or output_group is None:
+        return "posterior", var_names
+    if var_names is None:
+        return output_group, ["output"]
+    if set(var_names) <= set(_arviz.get_group(idata, output_group).data_vars):
+        return output_group, var_names
+    return "posterior", var_names
+
+
 def _output_group(idata: Any) -> str | None:
     """The group holding a network's outputs ``output``: test inputs first."""
-    for group in ("predictions", "posterior_predictive"):
+    for group in OUTPUT_GROUPS:
         if _arviz.has_group(idata, group) and "output" in _arviz.get_group(idata, group):
             return group
     return None

@@ -199,7 +199,12 @@ def to_inference_data(
         generator. The global generator's state is left untouched otherwise.
     dims:
         Dimension names (without ``chain``/``draw``) per variable, overriding the defaults
-        ``<name>_dim_<k>`` and ``plate_name`` for the plate axis.
+        ``<name>_dim_<k>`` and ``plate_name`` for the plate axis: for a site, in every group
+        that holds it (an observed site's ``log_likelihood`` takes the leading names, its event
+        dimensions being summed there), and for a model argument by its parameter name (e.g.
+        ``{"obs": ["row"], "x": ["row", "feature"]}``), in ``constant_data`` and
+        ``predictions_constant_data``. Every dimension gets integer coordinates, as ArviZ's
+        own converters give them.
     check_model:
         Compare the fingerprint of ``model`` with the run's model when they are different
         objects (module docstring, "Checks"); ``False`` skips this comparison (never the check

@@ -177,8 +177,10 @@ def checked_test_set(
 
 
 def _check_test_like_training(model, test: tuple, args: tuple) -> None:
-    """Every test tensor must have the training tensor's dimensions apart from the rows."""
+    """Every test tensor must have the training tensor's dimensions apart from the rows, and
+    test tensors whose training tensors share their rows (inputs and targets) the same rows."""
     names = _argument_names(model, len(args))
+    paired = []
     for i, (value, train) in enumerate(zip(test, args, strict=False)):
         if not (isinstance(value, torch.Tensor) and isinstance(train, torch.Tensor)):
             continue
@@ -187,6 +189,17 @@ def _check_test_like_training(model, test: tuple, args: tuple) -> None:
                 f"test[{i}] has shape {tuple(value.shape)} but the training argument "
                 f"{names[i]!r} has shape {tuple(train.shape)}: every dimension but the first "
                 "(the rows) must agree"
+            )
+        if value.dim() > 0:
+            paired.append((i, value.shape[0], train.shape[0]))
+    first: dict[int, tuple[int, int]] = {}  # training rows -> the first test tensor with them
+    for j, rows_j, train_rows in paired:
+        i, rows_i = first.setdefault(train_rows, (j, rows_j))
+        if rows_i != rows_j:
+            raise _DataError(
+                f"test[{i}] has {rows_i} rows but test[{j}] has {rows_j}: the training "
+                f"arguments {names[i]!r} and {names[j]!r} have the same rows ({train_rows}), "
+                "so the test set's must agree"
             )
 
 

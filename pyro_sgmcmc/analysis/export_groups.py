@@ -42,6 +42,7 @@ from .export_sources import (
 from .export_trace import _data_plate_size, _observed_values, _Pass, _run_pass, _test_pass
 from .export_xarray import (
     _axis_names,
+    _batch_dims,
     _dataset,
     _draws_dataset,
     _leading_plate_axis,
@@ -320,8 +321,9 @@ def _draw_groups(
     if log_likelihood:
         plate_axis = {name: {0: plate_name} for name in train.log_likelihood}
         groups["log_likelihood"] = _draws_dataset(
-            train.log_likelihood, num_chains, num_draws, {}, attrs, plate_axis
-        )
+            train.log_likelihood, num_chains, num_draws,
+            _batch_dims(dims, train.log_likelihood), attrs, plate_axis,
+        )  # fmt: skip
     if posterior_predictive:
         axis_names = _axis_names(train.plate_axis, plate_name)
         groups["posterior_predictive"] = _draws_dataset(
@@ -342,7 +344,7 @@ def _data_groups(
     axis_names = _axis_names(train.plate_axis, inputs.plate_name)
     groups = {"observed_data": _dataset(observed, (), dims, {}, axis_names)}
     constant = _arguments_dataset(
-        inputs, inputs.args, inputs.kwargs, groups["observed_data"].data_vars.values()
+        inputs, inputs.args, inputs.kwargs, dims, groups["observed_data"].data_vars.values()
     )
     if constant is not None:
         groups["constant_data"] = constant
@@ -360,17 +362,22 @@ def _prediction_groups(
             test_pass.predictive, num_chains, num_draws, dims, attrs, axis_names
         )
     }
-    constant = _arguments_dataset(inputs, inputs.test, dict(inputs.test_kwargs or {}))
+    constant = _arguments_dataset(inputs, inputs.test, dict(inputs.test_kwargs or {}), dims)
     if constant is not None:
         groups["predictions_constant_data"] = constant
     return groups
 
 
 def _arguments_dataset(
-    inputs: _Inputs, args: tuple, kwargs: Mapping[str, Any], observed: Iterable[Any] = ()
+    inputs: _Inputs,
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    dims: Mapping[str, Sequence[str]],
+    observed: Iterable[Any] = (),
 ) -> xr.Dataset | None:
     """The tensor arguments of a model call, leaving out those equal to an ``observed`` value,
-    with the rows of the data plate named after it (``None`` if there are none)."""
+    with the rows of the data plate named after it unless ``dims`` names the argument's
+    dimensions (``None`` if there are none)."""
     model, plate_name = inputs.model, inputs.plate_name
     num_rows = _data_plate_size(model, inputs.first, args, kwargs, plate_name)
     variables = {
@@ -380,4 +387,4 @@ def _arguments_dataset(
     }
     if not variables:
         return None
-    return _dataset(variables, (), {}, {}, _leading_plate_axis(variables, num_rows, plate_name))
+    return _dataset(variables, (), dims, {}, _leading_plate_axis(variables, num_rows, plate_name))

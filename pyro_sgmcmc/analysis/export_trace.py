@@ -36,6 +36,19 @@ def _plate_axis_of_value(site: Mapping[str, Any], frame: Any) -> int:
     return site["value"].dim() - site["fn"].event_dim + frame.dim
 
 
+def _discrete_as_integers(site: Mapping[str, Any], value: torch.Tensor) -> torch.Tensor:
+    """``value`` of a site with a discrete support as integers (``int64``), as ArviZ stores
+    counts and labels and its discrete checks and plots expect (Pyro's Bernoulli, Binomial and
+    Poisson take and draw floats); any other value as it is."""
+    if not value.is_floating_point():
+        return value
+    try:
+        discrete = bool(site["fn"].support.is_discrete)
+    except (AttributeError, NotImplementedError):  # a support that depends on the parameters
+        return value
+    return value.long() if discrete else value
+
+
 def _first_rows(value: torch.Tensor, axis: int | None, num_rows: int | None) -> torch.Tensor:
     """``value`` cut to its first ``num_rows`` rows along the plate ``axis``: a plate that
     subsamples itself is padded to its own size
@@ -102,7 +115,7 @@ class _DrawParts:
                     # called without targets (e.g. model(x_test)): a predictive draw
                     plate_axis[name] = axis = _plate_axis_of_value(site, frame)
                     self.predictive.setdefault(name, []).append(
-                        _first_rows(site["value"], axis, keep)
+                        _discrete_as_integers(site, _first_rows(site["value"], axis, keep))
                     )
                 continue
             if frame is None and chunk > 0:
@@ -138,9 +151,10 @@ class _DrawParts:
                 self.log_likelihood.setdefault(name, []).append(rows_lp)
             self.log_joint += float(rows_lp.sum())
         if wants.predictive:
-            self.predictive.setdefault(name, []).append(_first_rows(site["value"], axis, keep))
+            drawn = _first_rows(site["value"], axis, keep)
+            self.predictive.setdefault(name, []).append(_discrete_as_integers(site, drawn))
         if self.first_draw:
-            self.observed.setdefault(name, []).append(obs)
+            self.observed.setdefault(name, []).append(_discrete_as_integers(site, obs))
 
     def store(self, result: _Pass, want_log_joint: bool) -> None:
         for name, parts in self.log_likelihood.items():
@@ -313,7 +327,7 @@ def _observed_values(model, samples, args, kwargs) -> dict[str, np.ndarray]:
     latents = {n: v[0, 0] for n, v in samples.items()}
     trace = poutine.trace(poutine.condition(model, data=latents)).get_trace(*args, **kwargs)
     return {
-        name: _numpy(site["value"])
+        name: _numpy(_discrete_as_integers(site, site["value"]))
         for name, site in trace.nodes.items()
         if site["type"] == "sample"
         and site["is_observed"]

@@ -60,11 +60,23 @@ def _dataset(
                 names[axis] = axis_name
         data_vars[name] = (list(leading) + names, array)
     dataset = xr.Dataset(data_vars)
-    for leading_dim in leading:
-        if leading_dim in dataset.dims:
-            dataset = dataset.assign_coords({leading_dim: np.arange(dataset.sizes[leading_dim])})
+    # integer coordinates on every dimension, as ArviZ's own converters give them: selections
+    # and ArviZ 1.x's plots (arviz_plots' rank plots) need one on each
+    dataset = dataset.assign_coords({dim: np.arange(size) for dim, size in dataset.sizes.items()})
     dataset.attrs.update(attrs or {})
     return dataset
+
+
+def _batch_dims(
+    dims: Mapping[str, Sequence[str]], values: Mapping[str, list[np.ndarray]]
+) -> dict[str, list[str]]:
+    """``dims`` of observed sites for their pointwise log-likelihoods, whose event dimensions
+    are summed: the leading (batch) names of each."""
+    return {
+        name: list(dims[name])[: values[name][0].ndim] if values[name] else list(dims[name])
+        for name in values
+        if name in dims
+    }
 
 
 def _draws_dataset(

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyro.distributions as dist
 import torch
 from pyro import poutine
@@ -216,7 +217,7 @@ def _site_shapes_of(
 
 
 def flatten_draws(
-    draws: Mapping[str, torch.Tensor], site_shapes: Mapping[str, torch.Size]
+    draws: Mapping[str, Any], site_shapes: Mapping[str, torch.Size]
 ) -> dict[str, torch.Tensor]:
     """Keep the latent sites of ``draws`` and merge a leading chain dimension into the draws.
 
@@ -228,7 +229,9 @@ def flatten_draws(
     for name, shape in site_shapes.items():
         if name not in draws:
             raise ValueError(f"draws have no values for the latent site {name!r}")
-        value = torch.as_tensor(draws[name])
+        value = draws[name]
+        # an ArviZ posterior group (xarray) holds its values as NumPy arrays
+        value = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
         extra = value.dim() - len(shape)
         if extra not in (1, 2) or tuple(value.shape[extra:]) != tuple(shape):
             raise ValueError(
@@ -387,7 +390,7 @@ def _generic_draw_chunk(
 
 def posterior_predictive(
     model: Callable[..., Any],
-    draws: Mapping[str, torch.Tensor],
+    draws: Mapping[str, Any],
     x: torch.Tensor,
     y: torch.Tensor | None = None,
     *,
@@ -407,7 +410,8 @@ def posterior_predictive(
     draws:
         Constrained draws keyed by site name with a leading draw dimension, or leading
         ``(chain, draw)`` dimensions: ``mcmc.get_samples()``, ``mcmc.get_samples(group_by_chain=
-        True)`` or :func:`sample_guide`.
+        True)``, :func:`sample_guide`, or an export's posterior group (an ``xarray.Dataset``
+        or ``DataTree`` node, ``idata.posterior``).
     x:
         Test inputs, first dimension the rows (NumPy arrays and lists of numbers are converted
         to tensors of torch's default dtype). For a ``BayesianMLP``, shape

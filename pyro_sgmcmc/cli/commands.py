@@ -50,9 +50,11 @@ _DEFAULTS = {f.name: f.default for f in fields(CompareConfig)}
 
 def _comma_list(kind: Callable[[str], Any], what: str) -> Callable[[str], tuple]:
     def parse(text: str) -> tuple:
-        items = [item.strip() for item in text.split(",") if item.strip()]
-        if not items:
+        items = [item.strip() for item in text.split(",")]
+        if not any(items):
             raise argparse.ArgumentTypeError(f"expected a comma-separated list of {what}")
+        if not all(items):  # "8,,8" or "8,": a typo, not a shorter list
+            raise argparse.ArgumentTypeError(f"expected {what}, got an empty entry in {text!r}")
         try:
             return tuple(kind(item) for item in items)
         except ValueError as error:
@@ -317,7 +319,8 @@ def _add_fit_options(parser: argparse.ArgumentParser) -> None:
             "--max-seconds",
             "max_seconds",
             _optional_number,
-            "SG-MCMC: seconds per method for those rounds ('none': no limit)",
+            "SG-MCMC: seconds per method, warm-up included, after which no round "
+            "starts ('none': no limit)",
         ),
         ("--svi-steps", "svi_steps", int, "Adam steps per SVI fit"),
         ("--svi-lr", "svi_learning_rate", float, "SVI Adam learning rate"),

@@ -107,7 +107,9 @@ class CompareConfig:
         default two chains (100 per chain); with more chains the verdict's 100 per chain
         still holds.
     max_seconds:
-        Sampling seconds per SG-MCMC method for those rounds (``None``: no limit).
+        Seconds per SG-MCMC method, counted from its first warm-up step, within which its
+        rounds are drawn (``None``: no limit; the warm-up and the first ``num_samples`` draws
+        are always made).
     svi_steps, svi_learning_rate:
         Adam steps and learning rate of mean-field SVI; SVI keeps ``chains * num_samples``
         independent draws of its guide.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +35,9 @@ class DrawRecorder:
         self.keep_draws = keep_draws
         self.draws: list[TensorDict] = []
         self._stats: list[list[np.ndarray]] = [[] for _ in STAT_NAMES]
+        #: ``(time.perf_counter(), count)`` at the first draw recorded in this process: the
+        #: draws after it time a kept draw (a run until converged sizes its rounds with it)
+        self.clock: tuple[float, int] | None = None
 
     @property
     def count(self) -> int:
@@ -53,6 +57,8 @@ class DrawRecorder:
             column.append(np.asarray(value))
         if self.keep_draws:
             self.draws.append(draw)
+        if self.clock is None:
+            self.clock = (time.perf_counter(), self.count)
 
     def stacked(self) -> TensorDict:
         """``(C, draws so far, ...)`` per site (empty without kept draws)."""

@@ -461,10 +461,40 @@ class ResumableMCMC(MCMC):
             raise
         finally:
             bar.close()
-        self._diagnostics[chain] = kernel.diagnostics()
+        judged_here = self._judges_the_run(kernel)
+        kernel.run_judged_by_driver = judged_here
+        try:
+            self._diagnostics[chain] = kernel.diagnostics()
+        finally:
+            kernel.run_judged_by_driver = False
+        if judged_here and chain == self.num_chains - 1:
+            self._judge_the_run(kernel, params)
         self._chain_states[chain] = kernel.state_dict(include_draws=False)
         kernel.cleanup()
         self._checkpoints.write(self._payload(None))
+
+    @staticmethod
+    def _judges_the_run(kernel) -> bool:
+        """Whether this driver judges the run (every chain's draws, those restored from a
+        checkpoint included) instead of the kernel, which sees the chains it ran: for kernels
+        that can judge draws, when every site is stored (``save_params`` keeps all)."""
+        return callable(getattr(kernel, "judge_draws", None)) and not getattr(
+            kernel, "save_params", None
+        )
+
+    def _judge_the_run(self, kernel, params: Mapping[str, torch.Tensor]) -> None:
+        """Warn with the verdict on every chain's draws, at the end of the last chain (the
+        kernel still set up on the data), as ``pyro.infer.MCMC``'s sequential runs do."""
+        counts = {len(draws) for draws in self._chain_draws}
+        if len(counts) != 1 or 0 in counts:
+            return
+        stacked = {
+            name: torch.stack(
+                [torch.stack([draw[name] for draw in draws]) for draws in self._chain_draws]
+            ).to(params[name].dtype)  # draws stored in a lower precision (draw_dtype)
+            for name in params
+        }
+        kernel.judge_draws(kernel.constrain_draws(stacked), several=self.num_chains > 1)
 
     def _on_interrupt(self, chain: int, at_boundary: bool) -> None:
         """Keep the chain's state (and write a checkpoint) if the interrupt came between draws."""

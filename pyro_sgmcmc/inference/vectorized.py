@@ -310,8 +310,11 @@ def run_chains(
         The draws are those of a fixed-length run of the same total length, bit for bit;
         checkpoints are written after each round and a resumed run goes on with its rounds.
     max_seconds:
-        The budget of sampling seconds for the rounds (the first ``num_samples`` draws are
-        always made); alone, it runs rounds until the default bounds are met.
+        A budget in seconds for the run, counted from its first warm-up step (the time
+        ``result.sampling_time`` reports): each round is sized from the kept draws' pace to
+        end within it, and none starts once it is spent (the warm-up and the first
+        ``num_samples`` draws are always made). Alone, it runs rounds until the default
+        bounds are met.
     test, test_kwargs:
         Positional (and keyword) model arguments of a test set, e.g. ``(x_test,)``: a network
         is judged on its outputs at every test row -- those ``to_inference_data(result, ...,
@@ -449,7 +452,9 @@ class _Rounds:
         self.target_ess, self.max_seconds = target_ess, max_seconds
         self.wanted = target_ess is not None or max_seconds is not None
         self.started = started
-        self.kept_since = (time.perf_counter(), recorder.count)
+        # the kept draws' pace from the first one this process recorded (not from now: the
+        # first round would be sized by the time of a verdict alone, and overrun the budget)
+        self.kept_since = recorder.clock or (time.perf_counter(), recorder.count)
         self.outputs = outputs
         self.spent = False
         self.judged_at: list[int] = []
@@ -472,11 +477,14 @@ class _Rounds:
                 return 0
             return min(wanted, self.max_draws - count)
         now = time.perf_counter()
-        since, drawn = self.kept_since
-        per_draw = (now - since) / max(count - drawn, 1)
         left = self.max_seconds - (now - self.started)
-        fits = int(left / per_draw) if per_draw > 0 else wanted
+        since, drawn = self.kept_since
         self.kept_since = (now, count)
+        if count > drawn:
+            per_draw = (now - since) / (count - drawn)
+            fits = int(left / per_draw) if per_draw > 0 else wanted
+        else:  # no draw timed in this process (resumed after its last one): a short round
+            fits = math.ceil(count / 10) if left > 0 else 0
         if fits < 1:
             self.spent = True
             return 0

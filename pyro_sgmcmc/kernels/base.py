@@ -96,6 +96,10 @@ class StochasticGradientKernel(MCMCKernel):
         self._user_initial_params: TensorDict | None = None
         self._finished_chains: list[TensorDict] = []
         self._run_position: tuple[int, int] | None = None
+        #: Set by a driver that judges its whole run itself (:class:`~pyro_sgmcmc.ResumableMCMC`,
+        #: whose resumed runs hold chains this kernel never ran): :meth:`diagnostics` then
+        #: leaves the end-of-run verdict to it (:meth:`judge_draws`).
+        self.run_judged_by_driver = False
         self._reset_chain()
 
     @property
@@ -325,7 +329,8 @@ class StochasticGradientKernel(MCMCKernel):
         monitor = None if self._chains is None else self._chains.engine.monitor
         if self._chains is not None and self._recorder.draws:
             warn_all(self._chains.final_messages(self._recorder.stacked()))
-            self._judge_run()
+            if not self.run_judged_by_driver:
+                self._judge_run()
         return {
             "divergences": np.flatnonzero(stats["diverging"]).tolist(),
             "warmup_divergences": 0 if monitor is None else monitor.warmup_steps[0],
@@ -356,15 +361,20 @@ class StochasticGradientKernel(MCMCKernel):
                 for name in self._finished_chains[0]
             }
             self._finished_chains = []
+        self.judge_draws(draws, several=position is not None)
+
+    def judge_draws(self, draws: Mapping[str, torch.Tensor], several: bool = True) -> None:
+        """Warn with the run's verdict unless it has converged: ``draws`` are the constrained
+        ``(C, S, ...)`` draws of every chain of the run (``several=False``: this chain's alone),
+        judged as :func:`~pyro_sgmcmc.convergence_report` judges their export (a network on its
+        outputs at up to 64 training rows). Needs the current chain's set-up (data, model)."""
         structure = self._chains.structure
         outputs = OutputDraws(structure.model, *self._chains.data, structure.plate)
         verdict = run_verdict(draws, structure.model, outputs)
         if verdict.converged:
             return
         chains, count = next(iter(draws.values())).shape[:2]
-        which = (
-            f"{chains} chains" if position is not None else f"one chain (seed {self.chain_seed})"
-        )
+        which = f"{chains} chains" if several else f"one chain (seed {self.chain_seed})"
         warn_all([
             f"MCMC with {type(self).__name__}: {which} x {count} draws, {verdict} (or use "
             "pyro_sgmcmc.run_chains(kernel, ..., target_ess=400), which draws until it has)"
