@@ -451,7 +451,9 @@ def test_a_test_set_with_nan_is_refused_naming_test(data):
 
 def test_a_model_failing_on_the_test_set_is_reported_in_one_line(classifier_source):
     source, x, y = classifier_source
-    with pytest.raises(ValueError, match=r"the model fails on the test set .*y must have shape"):
+    keyword = rf"test_kwargs= \(shapes \{{'y': \({N_TEST + 1},\)\}}\)"
+    message = rf"fails on the test set .*{keyword}: .*y must have shape"
+    with pytest.raises(ValueError, match=message):
         to_inference_data(source, test=(x[:N_TEST],), test_kwargs={"y": y[: N_TEST + 1]})
     # as positional arguments, the rows are compared before the model is tried
     with pytest.raises(ValueError, match=rf"test\[0\] has {N_TEST} rows but test\[1\] has"):

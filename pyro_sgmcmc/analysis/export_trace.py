@@ -316,11 +316,23 @@ def _test_pass(
         raise
     except (RuntimeError, ValueError, IndexError, TypeError) as error:
         first_line = str(error).splitlines()[0] if str(error) else ""
-        shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in test]
         raise ValueError(
-            f"the model fails on the test set test= (shapes {shapes}): "
+            f"the model fails on the test set {_shapes_of(test, test_kwargs)}: "
             f"{type(error).__name__}: {first_line}"
         ) from error
+
+
+def _shapes_of(test: tuple, test_kwargs: Mapping[str, Any]) -> str:
+    """``test=`` and ``test_kwargs=`` by their shapes, for a message."""
+
+    def shape(value: Any) -> Any:
+        return tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+
+    described = f"test= (shapes {[shape(value) for value in test]})"
+    if test_kwargs:
+        keyword = {name: shape(value) for name, value in test_kwargs.items()}
+        described += f" and test_kwargs= (shapes {keyword})"
+    return described
 
 
 def _observed_values(model, samples, args, kwargs) -> dict[str, np.ndarray]:
