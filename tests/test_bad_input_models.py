@@ -4,6 +4,9 @@ argument or the shapes (docs/bad-input.md, "Models and data the kernels refuse b
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -218,3 +221,22 @@ def test_a_class_column_of_single_rows_is_named(tmp_path):
         "an identifier rather than a class",
     ):
         load_table(path, "label")
+
+
+def test_a_split_that_holds_out_far_more_than_asked_says_why(tmp_path):
+    """A numeric target read as classes: every class of two rows keeps one test row, half the
+    data instead of a fifth."""
+    path = tmp_path / "scores.csv"
+    values = np.repeat(np.arange(30), 2)  # 30 classes of two rows each
+    rows = [f"{i / 10:.2f},{value}" for i, value in enumerate(values)]
+    path.write_text("a,score\n" + "\n".join(rows) + "\n")
+    with pytest.warns(UserWarning, match=r"holds out 50% of the rows, not the test_fraction 20%: "
+                      r"30 of the 30 classes have too few rows"):  # fmt: skip
+        load_table(path, "score", task="classification")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a regression, or classes large enough: no warning
+        load_table(path, "score", task="regression")
+        balanced = tmp_path / "balanced.csv"
+        labels = np.arange(60) % 3
+        balanced.write_text("a,label\n" + "\n".join(f"{i},{c}" for i, c in enumerate(labels)))
+        load_table(balanced, "label", task="classification")

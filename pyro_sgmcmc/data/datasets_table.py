@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,10 @@ import numpy as np
 from .datasets_base import Dataset, Task, _check_split_arguments, _check_task, _tabular
 
 __all__ = ["MAX_INFERRED_CLASSES", "MISSING_TOKENS", "TABLE_FORMATS", "load_table"]
+
+#: A classification split whose test share differs from ``test_fraction`` by more than this is
+#: reported.
+SPLIT_DRIFT = 0.05
 
 #: File suffixes :func:`load_table` reads, and the format each one means.
 TABLE_FORMATS = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".npz": "npz", ".parquet": "parquet"}
@@ -236,8 +241,33 @@ def load_table(
             f"rows; use more rows or another test_fraction (got {test_fraction})"
             + _single_row_classes(y, class_names, task)
         )
+    if max_train is None and max_test is None:
+        _warn_if_the_split_drifts(path, dataset, test_fraction, y)
     metadata = {**dataset.metadata, "target": target, "task_source": task_source}
     return replace(dataset, metadata=metadata)
+
+
+def _warn_if_the_split_drifts(
+    path: Path, dataset: Dataset, test_fraction: float, y: np.ndarray
+) -> None:
+    """Warn where a stratified split's test share is far from ``test_fraction``: every class of
+    two or more rows keeps a test row, so many small classes (a numeric target read as classes)
+    hold out far more than asked."""
+    if dataset.task != "classification":
+        return
+    share = dataset.num_test / (dataset.num_train + dataset.num_test)
+    if abs(share - test_fraction) <= SPLIT_DRIFT:
+        return
+    _, counts = np.unique(y, return_counts=True)
+    small = int((counts * test_fraction < 1).sum())
+    warnings.warn(
+        f"{path}: the stratified split holds out {share:.0%} of the rows, not the "
+        f"test_fraction {test_fraction:.0%}: {small} of the {len(counts)} classes have too few "
+        f"rows for it, and each class of two or more rows keeps a test row; is the target a "
+        "number to regress (task='regression', --task regression)?",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _single_row_classes(y: np.ndarray, class_names: Any, task: str) -> str:
