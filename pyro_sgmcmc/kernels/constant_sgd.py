@@ -46,7 +46,8 @@ class ConstantSGD(StochasticGradientKernel):
         Multiplies the optimal rate (``> 0``; e.g. 10 to see how a too-large rate inflates the
         spread).
     **kwargs:
-        The arguments of :class:`~pyro_sgmcmc.SGLD` except ``temperature``. ``batch_sampling``
+        The arguments of :class:`~pyro_sgmcmc.SGLD` except ``temperature`` and
+        ``control_variate`` (the minibatch noise is the sampler here). ``batch_sampling``
         defaults to ``"independent"``: the theory assumes minibatch noise that is independent from
         step to step, and epoch-wise reshuffling would shrink the spread (about 4x in variance for
         20 batches an epoch on linear regression).
@@ -71,6 +72,14 @@ class ConstantSGD(StochasticGradientKernel):
     ) -> None:
         if "temperature" in kwargs:
             raise ValueError("ConstantSGD has no temperature: its spread is set by the rate")
+        control_variate = kwargs.setdefault("control_variate", False)
+        if control_variate is not False:
+            raise ValueError(
+                f"ConstantSGD takes no control_variate (got {control_variate!r}; allowed: False, "
+                "the default): its draws spread only as far as the minibatch gradient noise "
+                "carries them, which a control variate removes (the draws would collapse onto "
+                "the mode)"
+            )
         options = ConstantSGDOptions(optimal_rate, preconditioner, rate_multiplier)
         kwargs.setdefault("batch_sampling", "independent")
         super().__init__(model, step_size, options=options, **kwargs)
