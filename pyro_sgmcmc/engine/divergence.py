@@ -461,8 +461,8 @@ class DivergenceMonitor:
             f"{self.algorithm} diverged: chain(s) {chains} had {self.max_consecutive} divergent "
             f"steps in a row up to step {self.last_step} (last: {self.last_reason}"
             + (f" at sites {sites}" if sites else "")
-            + "). Give a smaller step_size or learning_rate, or leave both unset for the adaptive "
-            "warm-up, or check the model.",
+            + "). "
+            + _advice(self.algorithm),
             iteration=self.last_step,
             sites=sites or ["<potential energy>"],
             draws={},
@@ -496,3 +496,20 @@ class DivergenceMonitor:
             self._set_move_level(c, level)
         if self.blow_up is not None and state["blow_up"] is not None:
             self.blow_up.load_state_dict(state["blow_up"])
+
+
+def _advice(algorithm: str) -> str:
+    """What to change after a chain diverged for good."""
+    if algorithm == "constant SGD":
+        # its sampling rate is Mandt et al.'s, not the given step: a smaller warm-up step only
+        # measures the noise further from the mode
+        return (
+            "ConstantSGD warms up with the given step and then runs at Mandt et al.'s rate, "
+            "which only the adaptive warm-up bounds by the curvature it measures: leave "
+            "step_size and learning_rate unset (or, diverged in warm-up, give a smaller one; "
+            "after it, pass rate_multiplier < 1 or optimal_rate=False), or check the model."
+        )
+    return (
+        "Give a smaller step_size or learning_rate, or leave both unset for the adaptive "
+        "warm-up, or check the model."
+    )
