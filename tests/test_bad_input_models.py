@@ -26,6 +26,7 @@ from pyro_sgmcmc import (
 )
 from pyro_sgmcmc.data.datasets import load_table
 from pyro_sgmcmc.inference.checkpoint_files import save_checkpoint
+from pyro_sgmcmc.variational.svi import fit_svi
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyro_sgmcmc.errors.SamplerWarning")
 
@@ -209,6 +210,13 @@ def test_an_unknown_plate_name_in_the_export_is_named(tmp_path):
         r"\['data'\]",
     ):
         to_inference_data(mcmc, mean_model, Y, plate_name="rows")
+    # fit_svi names its own argument (it once suggested the kernels' subsample_plate=, which it
+    # refuses)
+    with pytest.raises(
+        ModelContractError,
+        match=r"plate_name='rows': .*plates found: \['data'\]; pass plate_name= one of them",
+    ):
+        fit_svi(mean_model, Y, num_steps=2, plate_name="rows")
 
 
 def test_a_class_column_of_single_rows_is_named(tmp_path):

@@ -180,13 +180,7 @@ def _plate_chunks(model, latents, args, kwargs, plate_name, chunk_size):
     try:
         return plate_chunks(model, args, kwargs, plate_name, latents, chunk_size)
     except MissingPlateError as error:
-        advice = "put the observations in a pyro.plate over the data rows"
-        if error.found:
-            advice = "pass plate_name= one of them (the plate of the observations' rows)"
-        raise ModelContractError(
-            f"plate_name={plate_name!r}: the model has no pyro.plate named {plate_name!r}; "
-            f"plates found: {error.found or 'none'}; {advice}"
-        ) from None
+        raise error.naming("plate_name") from None
     except ModelContractError as error:
         if chunk_size is None:
             raise

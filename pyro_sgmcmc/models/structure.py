@@ -533,6 +533,16 @@ class MissingPlateError(ModelContractError):
         super().__init__(message)
         self.plate_name, self.found = plate_name, found
 
+    def naming(self, option: str) -> ModelContractError:
+        """The same refusal worded for a caller whose argument ``option`` names the plate."""
+        advice = "put the observations in a pyro.plate over the data rows"
+        if self.found:
+            advice = f"pass {option}= one of them (the plate of the observations' rows)"
+        return ModelContractError(
+            f"{option}={self.plate_name!r}: the model has no pyro.plate named "
+            f"{self.plate_name!r}; plates found: {self.found or 'none'}; {advice}"
+        )
+
 
 def _plate_site(trace: Trace, plate_name: str) -> Mapping[str, Any]:
     plate_site = trace.nodes.get(plate_name)

@@ -103,6 +103,7 @@ from typing import Any
 
 from ..errors import SVIDivergedError
 from ..models.initialization import init_to_fan_in
+from ..models.structure import MissingPlateError
 from .svi_checks import FitPlan, OptimizerFactory, SchedulerFactory, check_plan
 from .svi_fit import run_fits
 from .svi_loss import minibatch_elbo_loss
@@ -279,4 +280,7 @@ def fit_svi(
         callback=callback,
         num_threads=num_threads,
     )
-    return run_fits(check_plan(plan))
+    try:
+        return run_fits(check_plan(plan))
+    except MissingPlateError as error:  # worded for this function's argument
+        raise error.naming("plate_name") from None
