@@ -12,6 +12,8 @@ import pyro.distributions as dist
 import pytest
 import torch
 from pyro.infer import MCMC
+from pyro.nn import PyroModule, PyroSample
+from torch import nn
 
 from pyro_sgmcmc import (
     SGHMC,
@@ -217,6 +219,29 @@ def test_an_unknown_plate_name_in_the_export_is_named(tmp_path):
         match=r"plate_name='rows': .*plates found: \['data'\]; pass plate_name= one of them",
     ):
         fit_svi(mean_model, Y, num_steps=2, plate_name="rows")
+
+
+def test_fit_svi_refuses_data_the_model_fails_on_in_one_line():
+    """As the kernels do (float64 data for a float32 network): not torch's error with Pyro's
+    table of trace shapes."""
+
+    class Regression(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.linear = PyroModule[nn.Linear](3, 1)
+            self.linear.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 3]).to_event(2))
+
+        def forward(self, x, y=None):
+            with pyro.plate("data", x.shape[0]):
+                pyro.sample("obs", dist.Normal(self.linear(x).squeeze(-1), 1.0), obs=y)
+
+    model = Regression()
+    x, y = torch.randn(20, 3, dtype=torch.float64), torch.randn(20, dtype=torch.float64)
+    with pytest.raises(
+        ModelContractError, match=r"the model fails on the data given to fit_svi\(...\) \("
+    ) as refused:
+        fit_svi(model, x, y, num_steps=2)
+    assert "Trace Shapes" not in str(refused.value)
 
 
 def test_a_class_column_of_single_rows_is_named(tmp_path):

@@ -35,7 +35,7 @@ from ..models.potentials import Potential
 from ..models.structure import (
     ModelStructure,
     check_finite_data,
-    check_plate_fits_data,
+    data_mismatch,
     inspect_model,
     resolve_batch_size,
     spread_rows,
@@ -423,12 +423,8 @@ def _inspect(model, args, kwargs, settings: SamplerSettings) -> ModelStructure:
     except (IndexError, RuntimeError, TypeError) as error:
         if isinstance(error, NotImplementedError):
             _refuse_a_prior_without_sampler(model, args, kwargs, error)
-        check_plate_fits_data(model, args, kwargs, settings.subsample_plate)
-        first_line = str(error).splitlines()[0] if str(error) else ""
-        raise ModelContractError(
-            f"the model fails on the data given to run(...) ({type(error).__name__}: "
-            f"{first_line}). Check that the data match the model: plate sizes, numbers of rows "
-            "and features, dtypes."
+        raise data_mismatch(
+            model, args, kwargs, settings.subsample_plate, error, "run(...)"
         ) from error
 
 

@@ -611,6 +611,25 @@ def _classify_sites(trace: Trace, plate_name: str) -> tuple[list[str], list[str]
     return latent, observed
 
 
+def data_mismatch(
+    model: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    plate_name: str,
+    error: Exception,
+    call: str,
+) -> ModelContractError:
+    """The refusal of data the model fails on (``error``, raised by the model run inside
+    ``call``, e.g. ``"run(...)"``): rows that do not fit the plate are named first
+    (:func:`check_plate_fits_data` raises), else the model's own error in one line."""
+    check_plate_fits_data(model, args, kwargs, plate_name)
+    first_line = str(error).splitlines()[0] if str(error) else ""
+    return ModelContractError(
+        f"the model fails on the data given to {call} ({type(error).__name__}: {first_line}). "
+        "Check that the data match the model: plate sizes, numbers of rows and features, dtypes."
+    )
+
+
 def check_plate_fits_data(
     model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any], plate_name: str
 ) -> None:

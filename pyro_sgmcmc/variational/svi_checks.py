@@ -25,7 +25,14 @@ from .._validation import (
     check_positive,
     check_positive_int,
 )
-from ..models.structure import DataPlate, check_finite_data, inspect_model, resolve_batch_size
+from ..errors import ModelContractError
+from ..models.structure import (
+    DataPlate,
+    check_finite_data,
+    data_mismatch,
+    inspect_model,
+    resolve_batch_size,
+)
 from ..nn.mlp import BayesianMLP
 from .flipout_estimators import check_estimator
 from .flipout_modules import BayesianLayer, check_layer_model
@@ -202,7 +209,14 @@ def _with_data(plan: FitPlan) -> FitPlan:
     sites of its learnable prior and the loss its fits use."""
     args, kwargs = as_tensor_arguments(plan.args, plan.kwargs)
     check_finite_data(args, kwargs)
-    structure = inspect_model(plan.model, args, kwargs, plan.plate_name)
+    try:
+        structure = inspect_model(plan.model, args, kwargs, plan.plate_name)
+    except ModelContractError:
+        raise
+    except (IndexError, RuntimeError, TypeError) as error:  # not the torch error and trace dump
+        raise data_mismatch(
+            plan.model, args, kwargs, plan.plate_name, error, "fit_svi(...)"
+        ) from error
     model, plate, num_data = structure.model, structure.plate, structure.num_data
     batch_size = plan.batch_size
     if batch_size is not None:
