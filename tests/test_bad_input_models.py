@@ -273,3 +273,10 @@ def test_a_split_that_holds_out_far_more_than_asked_says_why(tmp_path):
         labels = np.arange(60) % 3
         balanced.write_text("a,label\n" + "\n".join(f"{i},{c}" for i, c in enumerate(labels)))
         load_table(balanced, "label", task="classification")
+
+
+def test_a_constant_regression_target_is_refused_by_name(tmp_path):
+    path = tmp_path / "flat.csv"
+    path.write_text("a,price\n" + "\n".join(f"{i},3.5" for i in range(10)) + "\n")
+    with pytest.raises(ValueError, match=r"target column 'price' holds one value \('3.5'\)"):
+        load_table(path, "price")

@@ -428,6 +428,11 @@ def _encode_target(
         class_names = tuple(_label(c) for c in classes)
     else:
         y = y_raw
+        if len(y) and bool(np.all(y == y[0])):
+            raise ValueError(
+                f"target column {target!r} holds one value ({_label(y[0])!r}) on every row: "
+                "there is nothing to regress"
+            )
     return y, class_names
 
 
