@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import pyro
-import pyro.distributions as dist
 import pytest
 import torch
 from pyro.infer import MCMC
-from pyro.nn import PyroModule, PyroSample
+from pyro_tutorial_models import BayesianRegression
 from stats_helpers import ConjugateLinearRegression, regression_data
-from torch import nn
 
 from pyro_sgmcmc import SGHMC, ConstantSGD, SamplerDivergedError, run_chains
 from pyro_sgmcmc.dynamics import (
@@ -110,23 +107,10 @@ def test_a_constant_sgd_that_diverges_after_warmup_is_pointed_at_its_rate():
     unbounded by any measured curvature, diverges on the noise scale; the advice is about that
     rate (a smaller warm-up step, the generic advice, makes it worse)."""
 
-    class TutorialRegression(PyroModule):
-        def __init__(self):
-            super().__init__()
-            self.linear = PyroModule[nn.Linear](3, 1)
-            self.linear.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 3]).to_event(2))
-            self.linear.bias = PyroSample(dist.Normal(0.0, 10.0).expand([1]).to_event(1))
-
-        def forward(self, x, y=None):
-            sigma = pyro.sample("sigma", dist.Uniform(0.0, 10.0))
-            mean = self.linear(x).squeeze(-1)
-            with pyro.plate("data", x.shape[0]):
-                pyro.sample("obs", dist.Normal(mean, sigma), obs=y)
-
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(400, 3, generator=generator)
     y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3 + 0.5 * torch.randn(400, generator=generator)
-    kernel = ConstantSGD(TutorialRegression(), step_size=1e-4, batch_size=40, seed=0)
+    kernel = ConstantSGD(BayesianRegression(3), step_size=1e-4, batch_size=40, seed=0)
     with pytest.raises(SamplerDivergedError, match=r"then runs at Mandt et al.'s rate"):
         run_chains(kernel, x, y, num_chains=2, num_samples=100, warmup_steps=100)
 
