@@ -566,7 +566,8 @@ def _components(idata: Any, var_names: Sequence[str] | None) -> int:
 def _plottable(idata: Any, groups: Sequence[str]) -> Any:
     """A tree of ``groups`` (those present) where every dimension has an index coordinate:
     ``arviz_plots`` labels panels by coordinate value and fails on a dimension without one (the
-    export leaves ``<name>_dim_<k>`` without coordinates)."""
+    export gives every dimension one since 2026-12-02; files written before, and results built
+    by hand with xarray, may lack them)."""
     chosen = {}
     for name in groups:
         if has_group(idata, name):
