@@ -8,6 +8,7 @@ bounds of the verdict are Vehtari et al. (2021)'s, in :mod:`pyro_sgmcmc.analysis
 from __future__ import annotations
 
 import math
+import multiprocessing
 import time
 import warnings
 
@@ -267,6 +268,51 @@ def test_mcmc_warns_at_the_end_of_an_unconverged_run(y):
     verdicts = [str(w.message) for w in caught if "MCMC with SGLD" in str(w.message)]
     assert len(verdicts) == 1, verdicts  # once, at the end of the last chain
     assert verdicts[0].startswith("MCMC with SGLD: 2 chains x 30 draws, not converged: R-hat")
+
+
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method"
+)
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_mcmc_in_parallel_processes_runs_and_judges_every_chain_together(
+    y, adaptive, monkeypatch, capfd
+):
+    """With num_chains <= cpu_count - 1 Pyro runs each chain in a worker process, then calls
+    setup(0, ...) in the main process for the transforms: the adaptive warm-up refused that
+    (a ValueError after the whole run). Now the run ends, and the main process judges both
+    chains together, as a sequential run is judged; the workers, which see one chain each, say
+    nothing. Each worker seeds its chain by Pyro's chain index (it took torch's initial seed:
+    a seeded kernel's parallel run differed from its sequential run)."""
+    monkeypatch.setattr(pyro.infer.mcmc.api.mp, "cpu_count", lambda: 8)
+    options = {"num_steps_per_sample": 2} if adaptive else {"step_size": 1e-5}
+    kernel = SGLD(normal_mean, batch_size=20, seed=0, **options)
+    mcmc = MCMC(kernel, num_samples=30, warmup_steps=20, num_chains=2, disable_progbar=True,
+                mp_context="fork")  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(y)
+    assert type(mcmc.sampler).__name__ == "_MultiSampler"  # the chains ran in parallel
+    # each worker's chain is the chain of the same index of a sequential run, bit for bit
+    monkeypatch.undo()
+    sequential = MCMC(SGLD(normal_mean, batch_size=20, seed=0, **options), num_samples=30,
+                      warmup_steps=20, num_chains=2, disable_progbar=True)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sequential.run(y)
+    assert type(sequential.sampler).__name__ == "_UnarySampler"
+    draws = mcmc.get_samples(group_by_chain=True)["mu"]
+    assert draws.shape == (2, 30)
+    assert torch.equal(draws, sequential.get_samples(group_by_chain=True)["mu"])
+    report = convergence_report(to_inference_data(mcmc, normal_mean, y))
+    verdicts = _verdicts(caught)
+    if report.verdict.converged:
+        assert not verdicts
+    else:
+        assert verdicts == [
+            f"MCMC with SGLD: 2 chains x 30 draws, {report.verdict} (or use "
+            "pyro_sgmcmc.run_chains(kernel, ..., target_ess=400), which draws until it has)"
+        ]
+    assert "MCMC with SGLD" not in capfd.readouterr().err  # not from the workers
 
 
 def _verdicts(caught) -> list[str]:

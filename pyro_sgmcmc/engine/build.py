@@ -62,7 +62,7 @@ from .seeds import chain_generators, chain_seeds
 from .settings import SamplerSettings, settings_signature
 from .thinning import ThinningMeter, warmup_steps_per_draw
 
-__all__ = ["PreparedChains", "prepare_chains", "resolve_gibbs_updates"]
+__all__ = ["PreparedChains", "model_transforms", "prepare_chains", "resolve_gibbs_updates"]
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -534,14 +534,7 @@ def initial_values(
     strategy = _mean_for(at_mean, settings.init_strategy) if at_mean else settings.init_strategy
     model, args, kwargs = structure.plate.bind_for_setup(model, args, kwargs)
     starts: list[TensorDict] = []
-    transforms = default_transforms(structure)
-    unknown = sorted(set(settings.transforms or {}) - set(structure.latent_sites))
-    if unknown:
-        raise ValueError(
-            f"transforms names {unknown}, which are not latent sites of the model; its latent "
-            f"sites are {list(structure.latent_sites)}"
-        )
-    transforms.update(settings.transforms or {})
+    transforms = site_transforms(structure, settings)
     for seed in seeds:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -567,6 +560,33 @@ def _mean_for(sites: set[str] | frozenset[str], otherwise: Callable) -> Callable
         return at_mean(site) if site["name"] in sites else otherwise(site)
 
     return strategy
+
+
+def site_transforms(structure: ModelStructure, settings: SamplerSettings) -> dict[str, Transform]:
+    """Each latent site's constrained-to-unconstrained transform: the user's
+    (``settings.transforms``, refused if it names a site that is not latent), else Pyro's."""
+    transforms = default_transforms(structure)
+    unknown = sorted(set(settings.transforms or {}) - set(structure.latent_sites))
+    if unknown:
+        raise ValueError(
+            f"transforms names {unknown}, which are not latent sites of the model; its latent "
+            f"sites are {list(structure.latent_sites)}"
+        )
+    transforms.update(settings.transforms or {})
+    return transforms
+
+
+def model_transforms(
+    settings: SamplerSettings, model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]
+) -> tuple[ModelStructure, dict[str, Transform]]:
+    """The model's structure and its latent sites' transforms, from one run of the model on
+    ``args, kwargs`` (under a forked generator: the caller's random state is untouched) --
+    what a driver that only maps draws back to the constrained space needs, without a chain."""
+    args, kwargs = as_tensor_arguments(tuple(args), dict(kwargs))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0 if settings.seed is None else settings.seed)
+        structure = _inspect(model, args, kwargs, settings)
+    return structure, site_transforms(structure, settings)
 
 
 def default_transforms(structure: ModelStructure) -> dict[str, Transform]:

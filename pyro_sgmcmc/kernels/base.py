@@ -11,8 +11,6 @@ under either driver.
 from __future__ import annotations
 
 import math
-import multiprocessing
-import sys
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
@@ -27,7 +25,7 @@ from .._validation import as_tensor_arguments, check_positive_int
 from ..analysis.diagnostics import network_advice
 from ..analysis.function_space import OutputDraws, run_verdict
 from ..dynamics.registry import get_algorithm
-from ..engine.build import PreparedChains, prepare_chains
+from ..engine.build import PreparedChains, model_transforms, prepare_chains
 from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
 from ..engine.report import coordinate_steps, sampling_report
@@ -37,6 +35,12 @@ from ..inference.checkpoint_files import check_signature
 from ..inference.schedules import StepSchedule
 from ..models.gibbs import GibbsUpdate
 from ..models.initialization import init_to_fan_in
+from .pyro_driver import (
+    TransformsRequest,
+    parallel_worker_chain,
+    sequential_run_position,
+    transforms_request,
+)
 
 TensorDict = dict[str, torch.Tensor]
 #: The kernels' default start: weight tensors uniform in +-2/sqrt(fan-in), every other site
@@ -96,6 +100,7 @@ class StochasticGradientKernel(MCMCKernel):
         self._user_initial_params: TensorDict | None = None
         self._finished_chains: list[TensorDict] = []
         self._run_position: tuple[int, int] | None = None
+        self._in_parallel_worker = False
         #: Set by a driver that judges its whole run itself (:class:`~pyro_sgmcmc.ResumableMCMC`,
         #: whose resumed runs hold chains this kernel never ran): :meth:`diagnostics` then
         #: leaves the end-of-run verdict to it (:meth:`judge_draws`).
@@ -120,11 +125,10 @@ class StochasticGradientKernel(MCMCKernel):
     def _chain_index(self) -> int:
         """The index of the chain being set up: chains run one after the other share this object
         (Pyro calls ``setup`` once per chain), so it is the number of ``setup`` calls; in a worker
-        process of a parallel run Pyro has seeded torch per chain, and that seed tells them
-        apart."""
-        if multiprocessing.current_process().name == "MainProcess":
-            return self._num_setups
-        return torch.initial_seed()
+        process of a parallel run, the index Pyro gave the worker. Either way chain ``c`` has the
+        same seed, hence the same draws, as under ``run_chains``."""
+        worker_chain = parallel_worker_chain()
+        return self._num_setups if worker_chain is None else worker_chain
 
     # ------------------------------------------------------------------ MCMCKernel API
     @property
@@ -155,6 +159,10 @@ class StochasticGradientKernel(MCMCKernel):
 
     def setup(self, warmup_steps: int, *args, **kwargs) -> None:
         """Build the chain's engine on the data: seed, initial values, potential, minibatches."""
+        request = transforms_request()
+        if request is not None:
+            self._answer_transforms_request(request, args, kwargs)
+            return
         warmup_steps = check_positive_int("warmup_steps", warmup_steps, minimum=0)
         user = self._user_initial_params
         chain = self._chain_index()
@@ -163,6 +171,7 @@ class StochasticGradientKernel(MCMCKernel):
         args, kwargs = as_tensor_arguments(args, kwargs)  # as run_chains does: NumPy data work
         self._data = (args, kwargs)
         self._run_position = sequential_run_position()
+        self._in_parallel_worker = parallel_worker_chain() is not None
         if self._run_position is None or self._run_position[0] == 0:
             self._finished_chains = []
         self._chains = prepare_chains(
@@ -174,6 +183,24 @@ class StochasticGradientKernel(MCMCKernel):
         self._initial_params = {k: v[0] for k, v in self._chains.initial.items()}
         self.chain_seed = self._chains.seeds[0]
         self._warmup_steps = warmup_steps
+
+    def _answer_transforms_request(
+        self, request: TransformsRequest, args: tuple, kwargs: dict[str, Any]
+    ) -> None:
+        """After running its chains in worker processes, ``pyro.infer.MCMC`` calls ``setup(0,
+        ...)`` in the main process, whose kernel ran no chain, only for the transforms (a full
+        set-up would refuse a warm-up of 0 draws). Give them, and judge the run's chains
+        together, which no worker could: each saw its own chain only."""
+        args, kwargs = as_tensor_arguments(args, kwargs)
+        structure, transforms = model_transforms(self.settings, self.model, args, kwargs)
+        self.transforms = transforms
+        if request.draws is None or self.run_judged_by_driver:
+            return
+        draws = {
+            name: transforms[name].inv(value) if name in transforms else value
+            for name, value in request.draws.items()
+        }
+        self._warn_verdict(draws, structure, (args, kwargs), several=True)
 
     def sample(self, params: Mapping[str, torch.Tensor]) -> TensorDict:
         """Advance the chain by one draw and return it (unconstrained values)."""
@@ -346,7 +373,10 @@ class StochasticGradientKernel(MCMCKernel):
     def _judge_run(self) -> None:
         """At the end of the last chain of a ``pyro.infer.MCMC`` run, warn if the run has not
         converged: the chains of a sequential run share this kernel, which keeps each finished
-        chain's draws; a chain that runs in a process of its own is judged alone."""
+        chain's draws; the chains of a parallel run are judged together in the main process
+        (:meth:`_answer_transforms_request`), not in their workers."""
+        if self._in_parallel_worker:
+            return
         draws = self.constrain_draws(self._recorder.stacked())
         position = self._run_position
         if position is not None:
@@ -368,8 +398,17 @@ class StochasticGradientKernel(MCMCKernel):
         ``(C, S, ...)`` draws of every chain of the run (``several=False``: this chain's alone),
         judged as :func:`~pyro_sgmcmc.convergence_report` judges their export (a network on its
         outputs at up to 64 training rows). Needs the current chain's set-up (data, model)."""
-        structure = self._chains.structure
-        outputs = OutputDraws(structure.model, *self._chains.data, structure.plate)
+        self._warn_verdict(draws, self._chains.structure, self._chains.data, several)
+
+    def _warn_verdict(
+        self,
+        draws: Mapping[str, torch.Tensor],
+        structure: Any,
+        data: tuple[tuple, dict[str, Any]],
+        several: bool,
+    ) -> None:
+        """:meth:`judge_draws` given the model's structure and full data."""
+        outputs = OutputDraws(structure.model, *data, structure.plate)
         verdict = run_verdict(draws, structure.model, outputs)
         if verdict.converged:
             return
@@ -410,23 +449,6 @@ class StochasticGradientKernel(MCMCKernel):
             f"num_steps_per_sample={thinning}, "
             f"temperature={settings.temperature}, {self.options})"
         )
-
-
-def sequential_run_position() -> tuple[int, int] | None:
-    """``(chain index, number of chains)`` when ``pyro.infer.MCMC`` runs its chains one after
-    the other in this process (its ``_UnarySampler``, found on the call stack: the only place
-    the number of chains is known to a kernel), else ``None``."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        runner = frame.f_locals.get("self")
-        if type(runner).__name__ == "_UnarySampler" and frame.f_code.co_name == "run":
-            index = frame.f_locals.get("i")
-            total = getattr(runner, "num_chains", None)
-            if isinstance(index, int) and isinstance(total, int):
-                return index, total
-            return None
-        frame = frame.f_back
-    return None
 
 
 def _stack_draws(draws: Any) -> TensorDict:

@@ -1,0 +1,86 @@
+"""What a kernel learns about the ``pyro.infer.MCMC`` run that drives it, read off the call stack.
+
+``pyro.infer.MCMC`` tells a kernel neither how many chains it runs nor how: one after the
+other in this process (``_UnarySampler``), or each in a worker process of its own
+(``_MultiSampler``, whenever ``num_chains <= cpu_count - 1``), after which the main process,
+whose kernel ran no chain, calls ``kernel.setup(0, *args)`` only to learn the transforms
+(``AbstractMCMC._set_transforms``). A kernel that judges the whole run must know which case it
+is in; these functions find Pyro's driver frames by their class and method names and return
+``None`` (or ``False``) where they find none -- as under another driver, or if Pyro's internals
+change, in which case a kernel behaves as for a run it cannot see whole.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NamedTuple
+
+import torch
+
+__all__ = [
+    "TransformsRequest",
+    "parallel_worker_chain",
+    "sequential_run_position",
+    "transforms_request",
+]
+
+
+def _frames(depth: int = 2):
+    frame = sys._getframe(depth)
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def _owner(frame: Any) -> str:
+    """The class name of the ``self`` of a method's frame ('' for a function's)."""
+    return type(frame.f_locals.get("self")).__name__
+
+
+def sequential_run_position() -> tuple[int, int] | None:
+    """``(chain index, number of chains)`` when ``pyro.infer.MCMC`` runs its chains one after
+    the other in this process (its ``_UnarySampler``: the only place the number of chains is
+    known to a kernel), else ``None``."""
+    for frame in _frames():
+        if _owner(frame) == "_UnarySampler" and frame.f_code.co_name == "run":
+            index = frame.f_locals.get("i")
+            total = getattr(frame.f_locals["self"], "num_chains", None)
+            if isinstance(index, int) and isinstance(total, int):
+                return index, total
+            return None
+    return None
+
+
+def parallel_worker_chain() -> int | None:
+    """The index of the chain this call runs when it runs in a worker process of a parallel
+    ``pyro.infer.MCMC`` run (Pyro's ``_Worker``), else ``None``."""
+    for frame in _frames():
+        if _owner(frame) == "_Worker" and frame.f_code.co_name == "run":
+            index = getattr(frame.f_locals["self"], "chain_id", None)
+            return index if isinstance(index, int) else None
+    return None
+
+
+class TransformsRequest(NamedTuple):
+    """``pyro.infer.MCMC`` calls ``setup`` only for the transforms, after its chains ran in
+    worker processes; ``draws`` are the run's unconstrained ``(chains, draws, ...)`` values per
+    site, where they could be found."""
+
+    draws: dict[str, torch.Tensor] | None
+
+
+def transforms_request() -> TransformsRequest | None:
+    """The request when this ``setup`` call comes from ``pyro.infer.MCMC``'s
+    ``_set_transforms`` (in its ``run``, where the gathered draws are the local ``z_acc``),
+    else ``None``."""
+    from pyro.infer.mcmc.api import AbstractMCMC
+
+    for frame in _frames():
+        driver = frame.f_locals.get("self")
+        if frame.f_code.co_name == "_set_transforms" and isinstance(driver, AbstractMCMC):
+            caller = frame.f_back
+            draws = None if caller is None else caller.f_locals.get("z_acc")
+            if not (isinstance(draws, dict) and all(map(torch.is_tensor, draws.values()))):
+                draws = None
+            return TransformsRequest(draws)
+    return None
