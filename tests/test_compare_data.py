@@ -231,3 +231,47 @@ def test_bad_files_get_errors_naming_the_problem(tmp_path):
     np.savez(tmp_path / "cube.npz", x=np.zeros((4, 2, 2)), y=np.zeros(4))
     with pytest.raises(ValueError, match=r"array 'x' has shape \(4, 2, 2\)"):
         load_table(tmp_path / "cube.npz", "y")
+
+
+def _decimal_comma(value):
+    return f"{value:.3f}".replace(".", ",")
+
+
+def test_numbers_with_a_decimal_comma_are_named_with_the_fix(tmp_path):
+    """A table written with decimal commas (a European ';' CSV, or a quoted "1,5" in a ',' CSV)
+    is named as such, not taken for categories or for an identifier column, and the pandas line
+    the message gives writes a file that loads."""
+    import pandas as pd
+
+    rows = regression_rows()
+    european = tmp_path / "european.csv"
+    write_csv(european, ["x1", "x2", "price"], [map(_decimal_comma, r) for r in rows], ";")
+    comma = r"look like numbers written with a decimal comma, which are read as text"
+    with pytest.raises(ValueError, match=r"column\(s\) 'x1' \(e.g. '-?\d+,\d{3}'\), 'x2' .*"):
+        load_table(european, "price")
+    with pytest.raises(ValueError, match=rf"'price' \(e.g. .*\) {comma}.*sep=';', decimal=','"):
+        load_table(european, "price", task="regression")
+    quoted = tmp_path / "quoted.csv"
+    cells = [(f'"{_decimal_comma(a)}"', f"{b:.3f}", f"{c:.3f}") for a, b, c in rows]
+    write_csv(quoted, ["x1", "x2", "price"], cells)
+    with pytest.raises(ValueError, match=rf"column\(s\) 'x1' \(e.g. .*\) {comma}") as error:
+        load_table(quoted, "price")
+    assert "categor" not in str(error.value)
+    assert "If ',' separates the thousands there ('12,345' for 12345)" in str(error.value)
+    target_only = tmp_path / "target.csv"
+    cells = [(f"{a:.3f}", f"{b:.3f}", f'"{_decimal_comma(c)}"') for a, b, c in rows]
+    write_csv(target_only, ["x1", "x2", "price"], cells)
+    with pytest.raises(ValueError, match=rf"column\(s\) 'price' .*{comma}") as target_error:
+        load_table(target_only, "price")  # was: 40 classes of a single row, an identifier?
+    for path, message in [(european, None), (quoted, error), (target_only, target_error)]:
+        if message is None:
+            with pytest.raises(ValueError) as message:
+                load_table(path, "price")
+        fix = str(message.value).split("with pandas: ", 1)[1].split(". If ',' separates", 1)[0]
+        fixed = tmp_path / f"fixed_{path.name}"
+        exec(fix.replace("'fixed.csv'", repr(str(fixed))), {"pd": pd})
+        data = load_table(fixed, "price", seed=3, test_fraction=0.25)
+        assert data.task == "regression" and data.feature_names == ("x1", "x2")
+        targets = torch.cat([data.y_to_original(data.y_train), data.y_to_original(data.y_test)])
+        prices = np.sort([round(r[2], 3) for r in rows])
+        np.testing.assert_allclose(np.sort(targets.numpy()), prices, atol=1e-4)

@@ -461,6 +461,31 @@ def test_a_model_failing_on_the_test_set_is_reported_in_one_line(classifier_sour
 
 
 # ---------------------------------------------------------------------------------------------
+# SVI exported with other data than it was fitted on
+# ---------------------------------------------------------------------------------------------
+def test_an_svi_fit_exported_with_other_data_is_refused_pointing_to_test(data):
+    """observed_data and log_likelihood must describe the data the posterior was fitted to: an
+    SVI fit keeps its data, so other training arguments are refused, naming the argument and
+    ``test=``; the same data (as NumPy arrays too) and held-out data in ``test=`` are exported."""
+    x, y, x_test, y_test = data
+    result = fit_svi(indexed, x, y, num_steps=5, progress_bar=False)
+    hint = r"pass held-out data as test=\(x_test, y_test\)"
+    other_rows = r"args\[0\] \('x'\) is a tensor of shape \(6, 3\), but .* \(24, 3\)"
+    with pytest.raises(ValueError, match=rf"{other_rows}.*{hint}"):
+        to_inference_data(result, None, x_test, y_test, num_draws=2)
+    with pytest.raises(ValueError, match=rf"args\[1\] \('y'\) holds other values .*{hint}"):
+        to_inference_data(result, None, x, y + 1.0, num_draws=2)
+    with pytest.raises(ValueError, match=r"args holds 1 model argument\(s\) but .* 2 \(x, y\)"):
+        to_inference_data(result, None, x, num_draws=2)
+    idata = to_inference_data(
+        result, None, x.numpy(), y.numpy(), test=(x_test, y_test), num_draws=2
+    )
+    np.testing.assert_array_equal(idata.observed_data["obs"].values, y.numpy())
+    assert idata.log_likelihood["obs"].shape == (1, 2, N)
+    assert idata.predictions["obs"].shape == (1, 2, N_TEST)
+
+
+# ---------------------------------------------------------------------------------------------
 # SVI with a learnable prior
 # ---------------------------------------------------------------------------------------------
 def test_svi_lp_uses_each_fits_fitted_prior(data):

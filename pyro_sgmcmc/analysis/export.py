@@ -81,7 +81,11 @@ density), and warns otherwise (a different function or module can compute the sa
 e.g. a subclass that adds a fast path); ``check_model=False`` turns this check off. Observed values
 outside the support of their distribution (a class label outside ``[0, K)``), NaN or infinite
 values, and a test set whose columns differ from the training data's are refused with a
-``ValueError`` that names ``test`` (or the training arguments).
+``ValueError`` that names ``test`` (or the training arguments). Training arguments given for an
+SVI fit must be the data it was fitted on (the same values; NumPy or another device or dtype is
+fine): ``observed_data`` and ``log_likelihood`` describe the data the posterior was fitted to,
+so other data are refused with a ``ValueError`` naming the argument and pointing held-out data
+to ``test``.
 
 ArviZ 0.x and 1.x
 -----------------
@@ -169,7 +173,9 @@ def to_inference_data(
     *args, model_kwargs:
         The model's training arguments (full data); default to those of the run. NumPy arrays
         and lists of numbers are converted to tensors
-        (:func:`~pyro_sgmcmc._validation.as_tensor_arguments`).
+        (:func:`~pyro_sgmcmc._validation.as_tensor_arguments`). For an SVI fit they must be the
+        data it was fitted on (it keeps them, so they can be left out); other data are refused
+        with a ``ValueError`` naming the argument: held-out data go in ``test``.
     test, test_kwargs:
         Positional (and keyword) model arguments of a test set, e.g. ``(x_test, y_test)`` or
         ``(x_test,)``: fills ``predictions`` and ``predictions_constant_data``. Each tensor must

@@ -26,7 +26,7 @@ from ..errors import ModelMismatchError, ModelMismatchWarning
 from ..nn.mlp import ACTIVATIONS, BayesianMLP
 from .export_xarray import _argument_names
 
-__all__ = ["checked_test_set", "model_fingerprint"]
+__all__ = ["check_svi_data", "checked_test_set", "model_fingerprint"]
 
 
 class _DataError(ValueError):
@@ -147,6 +147,108 @@ def _check_finite(label: str, values: tuple, kwargs: Mapping[str, Any]) -> None:
                 f"{name} contains {bad} NaN or infinite value(s) of {value.numel()}; clean or "
                 "impute the data before exporting"
             )
+
+
+def _same_value(given: Any, fitted: Any) -> bool:
+    """Whether a model argument given to the export holds the fit's value: tensors of the same
+    shape and values (compared on the fit's device in the wider of the two dtypes, so that a copy
+    on another device or in another dtype counts as the same data), any other value by ``==``."""
+    if isinstance(given, torch.Tensor) or isinstance(fitted, torch.Tensor):
+        if not (isinstance(given, torch.Tensor) and isinstance(fitted, torch.Tensor)):
+            return False
+        if given.shape != fitted.shape:
+            return False
+        dtype = torch.promote_types(given.dtype, fitted.dtype)
+        a = given.detach().to(fitted.device, dtype)
+        return bool(torch.equal(a, fitted.detach().to(dtype)))
+    if given is fitted:
+        return True
+    try:
+        return bool(given == fitted)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return repr(value)
+
+
+def _difference(label: str, given: Any, fitted: Any) -> str:
+    """How the argument ``label`` given to the export differs from the fit's."""
+    if (
+        isinstance(given, torch.Tensor)
+        and isinstance(fitted, torch.Tensor)
+        and given.shape == fitted.shape
+    ):
+        dtype = torch.promote_types(given.dtype, fitted.dtype)
+        unequal = given.detach().to(fitted.device, dtype) != fitted.detach().to(dtype)
+        return (
+            f"{label} holds other values than the data the SVI fit was fitted on "
+            f"({int(unequal.sum())} of {unequal.numel()} entries differ, shape "
+            f"{tuple(given.shape)})"
+        )
+    return f"{label} is {_describe(given)}, but the SVI fit was fitted on {_describe(fitted)}"
+
+
+def check_svi_data(
+    model: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    fitted_args: tuple,
+    fitted_kwargs: Mapping[str, Any],
+) -> None:
+    """Refuse training arguments given to the export of an SVI fit that are not the data it was
+    fitted on.
+
+    ``observed_data``, ``constant_data`` and ``log_likelihood`` (and with them ``az.loo`` and
+    ``az.compare``) describe the data the posterior was fitted to; computed on other data they
+    would pass for them without a word. The fit keeps its data (``SVIResult.args``/``kwargs``),
+    so the export needs none; the same data may be given again (NumPy arrays, another device or
+    dtype with the same values), held-out data go in ``test=``.
+
+    Raises
+    ------
+    ValueError
+        Naming the first argument (``args[i]`` or ``model_kwargs[...]``) that differs, and what to
+        pass instead.
+    """
+    args, kwargs = as_tensor_arguments(tuple(args), dict(kwargs))
+    names = _argument_names(model, max(len(args), len(fitted_args)))
+    problem = None
+    if len(args) != len(fitted_args):
+        problem = (
+            f"args holds {len(args)} model argument(s) but the SVI fit was fitted on "
+            f"{len(fitted_args)} ({', '.join(names[: len(fitted_args)])})"
+        )
+    else:
+        for i, (given, fitted) in enumerate(zip(args, fitted_args, strict=True)):
+            if not _same_value(given, fitted):
+                problem = _difference(f"args[{i}] ({names[i]!r})", given, fitted)
+                break
+    if problem is None:
+        for key in sorted(set(kwargs) | set(fitted_kwargs)):
+            if key not in fitted_kwargs:
+                problem = f"model_kwargs[{key!r}] was not an argument of the SVI fit"
+            elif key not in kwargs:
+                problem = (
+                    f"model_kwargs lacks {key!r}, which the SVI fit was fitted with "
+                    f"({_describe(fitted_kwargs[key])})"
+                )
+            elif not _same_value(kwargs[key], fitted_kwargs[key]):
+                problem = _difference(f"model_kwargs[{key!r}]", kwargs[key], fitted_kwargs[key])
+            if problem is not None:
+                break
+    if problem is None:
+        return
+    raise ValueError(
+        f"{problem}. observed_data and log_likelihood (and az.loo on them) must describe the "
+        "data the posterior was fitted to, and the fit keeps them: leave out the data "
+        "(to_inference_data(result) or to_inference_data(result, model)) to export the fit's "
+        "own, pass held-out data as test=(x_test, y_test) (the predictions group), or fit_svi "
+        "on these data to export them"
+    )
 
 
 def checked_test_set(

@@ -24,6 +24,7 @@ from pyro.infer.mcmc import HMC
 
 from ..kernels.base import StochasticGradientKernel
 from ..variational.svi import SVIResult
+from .export_checks import check_svi_data
 from .export_hmc_stats import HMCStatsCollector
 from .export_xarray import _dataset, _numpy
 
@@ -196,6 +197,8 @@ def _svi_source(
         chain_models = [fits.fitted_model(k) for k in range(fits.num_fits)]
     if not args and not kwargs:
         args, kwargs = tuple(fits.args), dict(fits.kwargs)
+    else:  # the data the fit was fitted on, or a ValueError saying what to pass instead
+        check_svi_data(fits.model, args, kwargs, tuple(fits.args), dict(fits.kwargs))
     loss = _dataset(
         {"loss": fits.losses},
         ("chain", "svi_step"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -70,16 +71,8 @@ def _column_from_cells(name: str, cells: list[str]) -> _Column:
 def _read_csv(path: Path) -> list[_Column]:
     import csv
 
+    delimiter = _csv_delimiter(path)
     with path.open(newline="", encoding="utf-8-sig") as handle:
-        sample = handle.read(64 * 1024)
-        handle.seek(0)
-        if path.suffix.lower() == ".tsv":
-            delimiter = "\t"
-        else:
-            try:
-                delimiter = csv.Sniffer().sniff(sample.split("\n", 1)[0], ",;\t").delimiter
-            except csv.Error:
-                delimiter = ","
         rows = [row for row in csv.reader(handle, delimiter=delimiter) if row]
     if not rows:
         raise ValueError(f"{path} is empty: expected a header line of column names, then rows")
@@ -95,6 +88,21 @@ def _read_csv(path: Path) -> list[_Column]:
                 f"(delimiter {delimiter!r})"
             )
     return [_column_from_cells(name, [row[j] for row in body]) for j, name in enumerate(header)]
+
+
+def _csv_delimiter(path: Path) -> str:
+    """The delimiter of a CSV file: tab for ``.tsv``, else ``,``, ``;`` or tab as detected on
+    the header line (``,`` if none is)."""
+    import csv
+
+    if path.suffix.lower() == ".tsv":
+        return "\t"
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        header = handle.read(64 * 1024).split("\n", 1)[0]
+    try:
+        return csv.Sniffer().sniff(header, ",;\t").delimiter
+    except csv.Error:
+        return ","
 
 
 def _read_npz(path: Path) -> list[_Column]:
@@ -151,6 +159,98 @@ def _columns_from_frame(frame: Any) -> list[_Column]:
     return columns
 
 
+#: A cell holding a number written with a decimal comma: ``1,5``, ``-0,25``, ``2,5e-3``, and
+#: ``1.234,5`` (points between the thousands).
+_DECIMAL_COMMA = re.compile(r"[+-]?(\d+|\d{1,3}(\.\d{3})+),\d+([eE][+-]?\d+)?")
+#: A decimal-comma cell with points between the thousands (``1.234,5``).
+_THOUSANDS_POINTS = re.compile(r"[+-]?\d{1,3}(\.\d{3})+,")
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _decimal_comma_cells(column: _Column) -> list[str] | None:
+    """The cells of a text column written as numbers with a decimal comma (``None`` unless every
+    cell that is not missing is such a number or a plain number, and one at least is)."""
+    if column.numeric:
+        return None
+    cells = [v for v in column.values if v is not None]
+    comma = [v for v in cells if _DECIMAL_COMMA.fullmatch(v)]
+    if not comma:
+        return None
+    if len(comma) < len(cells) and not all(
+        _DECIMAL_COMMA.fullmatch(v) or _is_number(v) for v in cells
+    ):
+        return None
+    return comma
+
+
+def _check_decimal_commas(
+    path: Path, kind: str, columns: list[_Column], target: str, task: Task | None
+) -> None:
+    """Refuse columns of numbers written with a decimal comma (``1,5``), which the readers take
+    for text: as features they would be refused as categories, as a target read as class
+    labels. A target is left alone when ``task='classification'`` says its values are labels."""
+    found = {}
+    for c in columns:
+        if c.name == target and task == "classification":
+            continue
+        cells = _decimal_comma_cells(c)
+        if cells is not None:
+            found[c.name] = cells
+    if not found:
+        return
+    names = ", ".join(f"{name!r} (e.g. {cells[0]!r})" for name, cells in found.items())
+    cells = [cell for column in found.values() for cell in column]
+    thousands = any(_THOUSANDS_POINTS.match(cell) for cell in cells)
+    what = (
+        f"{path}: column(s) {names} look like numbers written with a decimal comma, which are "
+        "read as text (the decimal mark must be a point: '1.5', not '1,5')"
+    )
+    if kind != "csv":
+        raise ValueError(
+            f"{what}; store them as numbers (e.g. with pandas: "
+            "df[col] = df[col].str.replace(',', '.').astype(float)) and load the file again"
+        )
+    delimiter = _csv_delimiter(path)
+    source = repr(str(path)) + ("" if delimiter == "," else f", sep={delimiter!r}")
+    others = [
+        c
+        for c in columns
+        if c.numeric and c.name not in found and np.any(c.values != np.round(c.values))
+    ]
+    if others:  # other columns with a decimal point: decimal=',' would misread them
+        cols = list(found)
+        fix = (
+            f"df = pd.read_csv({source}, dtype=str); df[{cols!r}] = df[{cols!r}]"
+            + (".apply(lambda c: c.str.replace('.', ''))" if thousands else "")
+            + ".apply(lambda c: c.str.replace(',', '.')).astype(float); "
+            "df.to_csv('fixed.csv', index=False)"
+        )
+    else:
+        fix = (
+            f"pd.read_csv({source}, decimal=','"
+            + (", thousands='.'" if thousands else "")
+            + ").to_csv('fixed.csv', index=False)"
+        )
+    # in a ',' file a quoted "12,345" may be twelve thousand: English thousands separators
+    ambiguous = delimiter == "," and all(re.fullmatch(r"[+-]?\d{1,3},\d{3}", c) for c in cells)
+    raise ValueError(
+        f"{what}. Rewrite the file with decimal points and load that file: save it from the "
+        f"spreadsheet with '.' as the decimal separator, or with pandas: {fix}"
+        + (
+            ". If ',' separates the thousands there ('12,345' for 12345), remove it instead"
+            if ambiguous
+            else ""
+        )
+    )
+
+
 def _describe_rows(rows: np.ndarray, first_line: int) -> str:
     shown = ", ".join(str(int(r) + first_line) for r in rows[:5])
     return shown + (", ..." if len(rows) > 5 else "")
@@ -202,9 +302,10 @@ def load_table(
         When ``path`` does not exist.
     ValueError
         With a message naming the problem: an unknown suffix, an unknown target column (the
-        message lists the columns), missing values (the columns and rows), non-numeric feature
-        columns, non-finite numbers, a target with a single class, a non-numeric regression
-        target, non-integer class labels, or too few rows to split.
+        message lists the columns), missing values (the columns and rows), columns of numbers
+        written with a decimal comma (``1,5``; the message says how to rewrite the file),
+        non-numeric feature columns, non-finite numbers, a target with a single class, a
+        non-numeric regression target, non-integer class labels, or too few rows to split.
     ImportError
         For a Parquet file when ``pandas`` or ``pyarrow`` is missing.
     """
@@ -215,6 +316,7 @@ def load_table(
     )
     columns = _read_columns(path, kind)
     target_column, features = _split_target(path, kind, columns, target)
+    _check_decimal_commas(path, kind, columns, target, task)
     _check_values(path, kind, columns, features, target_column)
     task, task_source = _resolve_task(target, target_column, task)
     x = np.column_stack([c.values for c in features])
