@@ -156,17 +156,19 @@ def _same_value(given: Any, fitted: Any) -> bool:
     if isinstance(given, torch.Tensor) or isinstance(fitted, torch.Tensor):
         if not (isinstance(given, torch.Tensor) and isinstance(fitted, torch.Tensor)):
             return False
-        if given.shape != fitted.shape:
-            return False
-        dtype = torch.promote_types(given.dtype, fitted.dtype)
-        a = given.detach().to(fitted.device, dtype)
-        return bool(torch.equal(a, fitted.detach().to(dtype)))
+        return given.shape == fitted.shape and bool(torch.equal(*_aligned(given, fitted)))
     if given is fitted:
         return True
     try:
         return bool(given == fitted)
     except (TypeError, ValueError, RuntimeError):
         return False
+
+
+def _aligned(given: torch.Tensor, fitted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both tensors on the fit's device, in the wider of their two dtypes."""
+    dtype = torch.promote_types(given.dtype, fitted.dtype)
+    return given.detach().to(fitted.device, dtype), fitted.detach().to(dtype)
 
 
 def _describe(value: Any) -> str:
@@ -182,8 +184,8 @@ def _difference(label: str, given: Any, fitted: Any) -> str:
         and isinstance(fitted, torch.Tensor)
         and given.shape == fitted.shape
     ):
-        dtype = torch.promote_types(given.dtype, fitted.dtype)
-        unequal = given.detach().to(fitted.device, dtype) != fitted.detach().to(dtype)
+        given_values, fitted_values = _aligned(given, fitted)
+        unequal = given_values != fitted_values
         return (
             f"{label} holds other values than the data the SVI fit was fitted on "
             f"({int(unequal.sum())} of {unequal.numel()} entries differ, shape "
