@@ -228,9 +228,11 @@ def test_export_checks_its_seed(regression_run):
     ("args", "test", "message"),
     [
         ((X, Y_REG), (X[:5].double(), Y_REG[:5].double()), r"weights' dtype torch\.float32"),
-        ((torch.randn(40, 3), Y_REG), None, r"x must have shape \(rows, in_features\)"),
+        ((X, Y_REG), (torch.randn(5, 3), Y_REG[:5]), r"test\[0\] has shape \(5, 3\)"),
+        # training data are the run's own: others are refused before the network sees them
+        ((torch.randn(40, 3), Y_REG), None, r"args\[0\] .* shape \(40, 3\), but the MCMC run"),
     ],
-    ids=["float64-test-set", "training-data-of-another-width"],
+    ids=["float64-test-set", "test-set-of-another-width", "training-data-of-another-width"],
 )
 def test_export_names_data_that_do_not_fit_the_network(regression_run, args, test, message):
     mcmc, model = regression_run

@@ -427,7 +427,7 @@ def test_training_labels_outside_the_classes_are_refused(classifier_source):
     outside = r"training data \(args\): .*outside the support"
     own = r"y holds 1 label\(s\) outside the classes \[0, 3\) .* e\.g\. 7"  # BayesianMLP's check
     with pytest.raises(ValueError, match=f"{outside}|{own}"):
-        to_inference_data(source, None, x, labels)
+        to_inference_data(_mlp_source(source.model, x, labels))
 
 
 def test_a_test_set_of_the_wrong_width_is_refused_naming_test(data):
@@ -446,7 +446,7 @@ def test_a_test_set_with_nan_is_refused_naming_test(data):
     with pytest.raises(ValueError, match=r"test\[0\] contains 1 NaN or infinite value"):
         to_inference_data(source, test=(bad,))
     with pytest.raises(ValueError, match=r"args\[0\] contains 1 NaN"):
-        to_inference_data(source, None, bad, y[:N_TEST])
+        to_inference_data(_source(indexed, (bad, y[:N_TEST])))
 
 
 def test_a_model_failing_on_the_test_set_is_reported_in_one_line(classifier_source):
@@ -475,8 +475,11 @@ def test_an_svi_fit_exported_with_other_data_is_refused_pointing_to_test(data):
         to_inference_data(result, None, x_test, y_test, num_draws=2)
     with pytest.raises(ValueError, match=rf"args\[1\] \('y'\) holds other values .*{hint}"):
         to_inference_data(result, None, x, y + 1.0, num_draws=2)
-    with pytest.raises(ValueError, match=r"args holds 1 model argument\(s\) but .* 2 \(x, y\)"):
+    left_out = r"model argument 'y' \(left out: its default\) is None, but .* shape \(24,\)"
+    with pytest.raises(ValueError, match=left_out):
         to_inference_data(result, None, x, num_draws=2)
+    # the same data passed by keyword, or with a default spelled out, are the fit's
+    to_inference_data(result, None, x, num_draws=2, model_kwargs={"y": y})
     idata = to_inference_data(
         result, None, x.numpy(), y.numpy(), test=(x_test, y_test), num_draws=2
     )
@@ -514,3 +517,37 @@ def test_svi_lp_uses_each_fits_fitted_prior(data):
             + dist.Normal(x @ w, s).log_prob(y).sum()
         )
         assert idata.sample_stats["lp"].values[chain, 2] == pytest.approx(float(direct), rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# MCMC runs and run_chains results exported with other data than they sampled
+# ---------------------------------------------------------------------------------------------
+def test_mcmc_and_run_chains_exported_with_other_data_are_refused_naming_the_argument(data):
+    """Pyro's MCMC keeps the run's arguments, run_chains results keep theirs: training arguments
+    other than those are refused like an SVI fit's; the same data given again (NumPy arrays,
+    by keyword) are exported, and held-out data go in test=."""
+    from pyro_sgmcmc import SGLD, run_chains
+
+    x, y, x_test, y_test = data
+    pyro.set_rng_seed(0)
+    mcmc = MCMC(SGLD(indexed, batch_size=8, seed=0), num_samples=4, warmup_steps=20,
+                disable_progbar=True)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(x, y)
+        result = run_chains(SGLD(indexed, batch_size=8, seed=0), x, y, num_chains=2,
+                            num_samples=4, warmup_steps=20)  # fmt: skip
+    hint = r"pass held-out data as test=\(x_test, y_test\)"
+    for source, fit in ((mcmc, "the MCMC run"), (result, "the run_chains result")):
+        other_rows = rf"args\[0\] \('x'\) is a tensor of shape \(6, 3\), but {fit} .* \(24, 3\)"
+        with pytest.raises(ValueError, match=rf"{other_rows}.*{hint}"):
+            to_inference_data(source, None, x_test, y_test)
+        other_values = rf"model_kwargs\['y'\] holds other values than the data {fit}"
+        with pytest.raises(ValueError, match=other_values):
+            to_inference_data(source, None, x, model_kwargs={"y": y + 1.0})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            idata = to_inference_data(source, None, x.numpy(), model_kwargs={"y": y.numpy()},
+                                      test=(x_test, y_test))  # fmt: skip
+        np.testing.assert_array_equal(idata.observed_data["obs"].values, y.numpy())
+        assert idata.predictions["obs"].shape[-1] == N_TEST

@@ -82,10 +82,11 @@ e.g. a subclass that adds a fast path); ``check_model=False`` turns this check o
 outside the support of their distribution (a class label outside ``[0, K)``), NaN or infinite
 values, and a test set whose columns differ from the training data's are refused with a
 ``ValueError`` that names ``test`` (or the training arguments). Training arguments given for an
-SVI fit must be the data it was fitted on (the same values; NumPy or another device or dtype is
-fine): ``observed_data`` and ``log_likelihood`` describe the data the posterior was fitted to,
-so other data are refused with a ``ValueError`` naming the argument and pointing held-out data
-to ``test``.
+SVI fit, a Pyro ``MCMC`` run or a :func:`~pyro_sgmcmc.run_chains` result must be the data it was
+fitted on, which each keeps (the same values; NumPy, another device or dtype, by keyword or by
+position, or a default spelled out, is fine): ``observed_data`` and ``log_likelihood`` describe
+the data the posterior was fitted to, so other data are refused with a ``ValueError`` naming the
+argument and pointing held-out data to ``test``.
 
 ArviZ 0.x and 1.x
 -----------------
@@ -173,8 +174,8 @@ def to_inference_data(
     *args, model_kwargs:
         The model's training arguments (full data); default to those of the run. NumPy arrays
         and lists of numbers are converted to tensors
-        (:func:`~pyro_sgmcmc._validation.as_tensor_arguments`). For an SVI fit they must be the
-        data it was fitted on (it keeps them, so they can be left out); other data are refused
+        (:func:`~pyro_sgmcmc._validation.as_tensor_arguments`). They must be the data the
+        result was fitted on (it keeps them, so they can be left out); other data are refused
         with a ``ValueError`` naming the argument: held-out data go in ``test``.
     test, test_kwargs:
         Positional (and keyword) model arguments of a test set, e.g. ``(x_test, y_test)`` or

@@ -24,7 +24,7 @@ from pyro.infer.mcmc import HMC
 
 from ..kernels.base import StochasticGradientKernel
 from ..variational.svi import SVIResult
-from .export_checks import check_svi_data
+from .export_checks import check_fitted_data
 from .export_hmc_stats import HMCStatsCollector
 from .export_xarray import _dataset, _numpy
 
@@ -129,10 +129,26 @@ def _mcmc_source(
             attrs["mean_acceptance_rate"] = [float(a) for a in accepted]
     else:
         stats.update(_per_draw_diagnostics(diagnostics, num_chains, num_draws))
-    if not args and not kwargs:
-        args = tuple(getattr(mcmc, "_args", ()))
-        kwargs = dict(getattr(mcmc, "_kwargs", {}) or {})
+    args, kwargs = _fitted_or_checked(
+        kernel.model, args, kwargs, getattr(mcmc, "_args", None), getattr(mcmc, "_kwargs", None),
+        "the MCMC run",
+    )  # fmt: skip
     return _Source(samples, stats, attrs, kernel.model, args, kwargs)
+
+
+def _fitted_or_checked(
+    model: Any, args: tuple, kwargs: dict[str, Any], fitted_args: Any, fitted_kwargs: Any,
+    fit: str,
+) -> tuple[tuple, dict[str, Any]]:  # fmt: skip
+    """The data a result was fitted on where the export is given none, else the data given,
+    refused (:func:`~.export_checks.check_fitted_data`) if the result keeps other data."""
+    fitted_args = tuple(fitted_args or ())
+    fitted_kwargs = dict(fitted_kwargs or {})
+    if not args and not kwargs:
+        return fitted_args, fitted_kwargs
+    if fitted_args or fitted_kwargs:
+        check_fitted_data(model, args, kwargs, fitted_args, fitted_kwargs, fit)
+    return args, kwargs
 
 
 def _diverging(divergences: list, num_draws: int) -> np.ndarray:
@@ -195,10 +211,8 @@ def _svi_source(
     chain_models = None
     if fits.prior_parameters is not None:
         chain_models = [fits.fitted_model(k) for k in range(fits.num_fits)]
-    if not args and not kwargs:
-        args, kwargs = tuple(fits.args), dict(fits.kwargs)
-    else:  # the data the fit was fitted on, or a ValueError saying what to pass instead
-        check_svi_data(fits.model, args, kwargs, tuple(fits.args), dict(fits.kwargs))
+    args, kwargs = _fitted_or_checked(fits.model, args, kwargs, fits.args, fits.kwargs,
+                                      "the SVI fit")  # fmt: skip
     loss = _dataset(
         {"loss": fits.losses},
         ("chain", "svi_step"),
@@ -237,8 +251,9 @@ def _chains_source(source: Any, args: tuple, kwargs: dict[str, Any]) -> _Source:
         stats[name] = array
     attrs = dict(getattr(source, "attrs", None) or {})
     attrs.setdefault("method", type(source).__name__)
-    if not args and not kwargs:
-        args, kwargs = tuple(source.args), dict(source.kwargs or {})
+    fit = "the run_chains result" if type(source).__name__ == "VectorizedResult" else "the run"
+    args, kwargs = _fitted_or_checked(source.model, args, kwargs, source.args, source.kwargs,
+                                      fit)  # fmt: skip
     return _Source(dict(samples), stats, attrs, source.model, args, kwargs)
 
 
