@@ -223,8 +223,14 @@ def test_bad_files_get_errors_naming_the_problem(tmp_path):
     with pytest.raises(ValueError, match="is empty: expected a header line"):
         load_table(tmp_path / "empty.csv", "y")
     (tmp_path / "ragged.csv").write_text("a,b,y\n1,2,3\n4,5\n")
-    with pytest.raises(ValueError, match="row 3 has 2 fields but the header has 3"):
+    with pytest.raises(ValueError, match="row 3 has 2 fields but the header has 3") as error:
         load_table(tmp_path / "ragged.csv", "y")
+    assert "decimal comma" not in str(error.value)
+    # unquoted decimal commas in a ',' CSV split numbers into two fields: named as the cause
+    (tmp_path / "split.csv").write_text("a,b,y\n1,2,3\n4,-3,25,7\n")
+    hint = r"If '-3,25' is one number written with a decimal comma, .* ';' as the delimiter"
+    with pytest.raises(ValueError, match=rf"row 3 has 4 fields but the header has 3 .*{hint}"):
+        load_table(tmp_path / "split.csv", "y")
     (tmp_path / "tiny.csv").write_text("a,y\n1,2\n2,3\n")
     with pytest.raises(ValueError, match="has 2 rows; at least 3 are needed"):
         load_table(tmp_path / "tiny.csv", "y")

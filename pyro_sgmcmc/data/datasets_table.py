@@ -11,6 +11,7 @@ standardisation as the built-in sets (:func:`.datasets_base._tabular`).
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import re
 import warnings
@@ -85,9 +86,30 @@ def _read_csv(path: Path) -> list[_Column]:
         if len(row) != len(header):
             raise ValueError(
                 f"{path}: row {line} has {len(row)} fields but the header has {len(header)} "
-                f"(delimiter {delimiter!r})"
+                f"(delimiter {delimiter!r}){_split_decimal_hint(row, header, delimiter)}"
             )
     return [_column_from_cells(name, [row[j] for row in body]) for j, name in enumerate(header)]
+
+
+def _split_decimal_hint(row: list[str], header: list[str], delimiter: str) -> str:
+    """Where a ``,`` CSV row has too many fields and neighbouring cells read as the two halves
+    of a number with a decimal comma (``3,25`` split into ``3`` and ``25``), the likely cause:
+    unquoted decimal commas, which no reader can tell from the delimiter."""
+    if delimiter != "," or len(row) <= len(header):
+        return ""
+    halves = [
+        f"{a.strip()},{b.strip()}"
+        for a, b in itertools.pairwise(row)
+        if _INTEGER_PART.fullmatch(a.strip()) and b.strip().isdigit()
+    ]
+    if not halves:
+        return ""
+    return (
+        f". If {halves[0]!r} is one number written with a decimal comma, the file mixes the "
+        "decimal mark with the delimiter and cannot be read unambiguously: save it again with "
+        "';' as the delimiter (a spreadsheet's 'CSV (semicolon)'; loaded as it is, the numbers "
+        "are then named with a fix) or with '.' as the decimal mark"
+    )
 
 
 def _csv_delimiter(path: Path) -> str:
@@ -164,6 +186,8 @@ def _columns_from_frame(frame: Any) -> list[_Column]:
 _DECIMAL_COMMA = re.compile(r"[+-]?(\d+|\d{1,3}(\.\d{3})+),\d+([eE][+-]?\d+)?")
 #: A decimal-comma cell with points between the thousands (``1.234,5``).
 _THOUSANDS_POINTS = re.compile(r"[+-]?\d{1,3}(\.\d{3})+,")
+#: The integer part of a number whose decimal comma an unquoted ``,`` CSV split off.
+_INTEGER_PART = re.compile(r"[+-]?\d+")
 
 
 def _is_number(cell: str) -> bool:
