@@ -315,6 +315,47 @@ def test_mcmc_in_parallel_processes_runs_and_judges_every_chain_together(
     assert "MCMC with SGLD" not in capfd.readouterr().err  # not from the workers
 
 
+PARALLEL_AFTER_A_LARGE_OPERATION = """
+import warnings
+from unittest import mock
+import pyro, pyro.distributions as dist, torch
+from pyro.infer import MCMC
+from pyro_sgmcmc import SGLD
+torch.set_num_threads(2)
+y = 0.5 * torch.randn(40_000) + 3.0  # more elements than PyTorch's grain: an OpenMP region
+
+def model(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", y.shape[0]):
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+
+with mock.patch("pyro.infer.mcmc.api.mp.cpu_count", return_value=8), warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    mcmc = MCMC(SGLD(model, batch_size=100, seed=0, step_size=1e-6), num_samples=5,
+                warmup_steps=5, num_chains=2, disable_progbar=True, mp_context="fork")
+    mcmc.run(y)
+print(type(mcmc.sampler).__name__, tuple(mcmc.get_samples(group_by_chain=True)["mu"].shape))
+"""
+
+
+@pytest.mark.skipif(
+    "fork" not in multiprocessing.get_all_start_methods(), reason="needs the fork start method"
+)
+def test_mcmc_in_forked_processes_after_a_parallel_operation_does_not_hang():
+    """A forked worker of a parent that ran a parallelised tensor operation hung at its first
+    parallel operation (GNU OpenMP is not fork-safe), silently and for ever, with 40,000 rows;
+    each worker now runs on one thread. In a subprocess, so that a hang fails the test."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", PARALLEL_AFTER_A_LARGE_OPERATION],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "_MultiSampler (2, 5)"
+
+
 def _verdicts(caught) -> list[str]:
     return [str(w.message) for w in caught if "MCMC with SGLD" in str(w.message)]
 

@@ -37,6 +37,7 @@ from ..models.gibbs import GibbsUpdate
 from ..models.initialization import init_to_fan_in
 from .pyro_driver import (
     TransformsRequest,
+    one_thread_per_worker,
     parallel_worker_chain,
     sequential_run_position,
     transforms_request,
@@ -122,12 +123,11 @@ class StochasticGradientKernel(MCMCKernel):
         self._recorder = DrawRecorder(1, self.settings.keep_draws)
         self.chain_seed: int | None = None
 
-    def _chain_index(self) -> int:
+    def _chain_index(self, worker_chain: int | None) -> int:
         """The index of the chain being set up: chains run one after the other share this object
         (Pyro calls ``setup`` once per chain), so it is the number of ``setup`` calls; in a worker
-        process of a parallel run, the index Pyro gave the worker. Either way chain ``c`` has the
-        same seed, hence the same draws, as under ``run_chains``."""
-        worker_chain = parallel_worker_chain()
+        process of a parallel run, the index Pyro gave the worker (``worker_chain``). Either way
+        chain ``c`` has the same seed, hence the same draws, as under ``run_chains``."""
         return self._num_setups if worker_chain is None else worker_chain
 
     # ------------------------------------------------------------------ MCMCKernel API
@@ -164,14 +164,17 @@ class StochasticGradientKernel(MCMCKernel):
             self._answer_transforms_request(request, args, kwargs)
             return
         warmup_steps = check_positive_int("warmup_steps", warmup_steps, minimum=0)
+        worker_chain = parallel_worker_chain()
+        if worker_chain is not None:
+            one_thread_per_worker()  # before any tensor operation of the worker
         user = self._user_initial_params
-        chain = self._chain_index()
+        chain = self._chain_index(worker_chain)
         self._reset_chain()
         self._num_setups += 1
         args, kwargs = as_tensor_arguments(args, kwargs)  # as run_chains does: NumPy data work
         self._data = (args, kwargs)
         self._run_position = sequential_run_position()
-        self._in_parallel_worker = parallel_worker_chain() is not None
+        self._in_parallel_worker = worker_chain is not None
         if self._run_position is None or self._run_position[0] == 0:
             self._finished_chains = []
         self._chains = prepare_chains(

@@ -19,6 +19,7 @@ import torch
 
 __all__ = [
     "TransformsRequest",
+    "one_thread_per_worker",
     "parallel_worker_chain",
     "sequential_run_position",
     "transforms_request",
@@ -59,6 +60,20 @@ def parallel_worker_chain() -> int | None:
             index = getattr(frame.f_locals["self"], "chain_id", None)
             return index if isinstance(index, int) else None
     return None
+
+
+def one_thread_per_worker() -> None:
+    """Run this worker process's tensor operations on one thread.
+
+    Pyro starts its workers by ``fork`` on Linux (Python < 3.14). The GNU OpenMP runtime of
+    PyTorch's wheels is not fork-safe: a parent that ran any operation large enough to be
+    parallelised (a few tens of thousands of elements, e.g. building a 12,000 x 3 design matrix)
+    leaves a forked child that hangs, without a word, at its first parallel operation -- Pyro's
+    own NUTS as well (seen with ``torch`` 2.13). On one thread PyTorch never enters an OpenMP
+    region. It is also the right number: Pyro runs one chain per core (``num_chains <=
+    cpu_count - 1``), so more threads per worker would only oversubscribe the cores. (PyTorch's
+    ``DataLoader`` workers do the same.)"""
+    torch.set_num_threads(1)
 
 
 class TransformsRequest(NamedTuple):
