@@ -228,9 +228,16 @@ def test_bad_files_get_errors_naming_the_problem(tmp_path):
     assert "decimal comma" not in str(error.value)
     # unquoted decimal commas in a ',' CSV split numbers into two fields: named as the cause
     (tmp_path / "split.csv").write_text("a,b,y\n1,2,3\n4,-3,25,7\n")
-    hint = r"If '-3,25' is one number written with a decimal comma, .* ';' as the delimiter"
+    hint = r"If the file writes numbers with a decimal comma \(is '-3,25' one number\?\), .* ';'"
     with pytest.raises(ValueError, match=rf"row 3 has 4 fields but the header has 3 .*{hint}"):
         load_table(tmp_path / "split.csv", "y")
+    # not for a trailing comma, nor where too few pairs of cells could be split numbers
+    ragged = [("trailing", "a,b,y\n1,2,3\n4,5,6,\n"), ("words", "a,b,y\n1,2,3\nu,v,w,x\n")]
+    for name, text in ragged:
+        (tmp_path / f"{name}.csv").write_text(text)
+        with pytest.raises(ValueError, match="row 3 has 4 fields but the header") as error:
+            load_table(tmp_path / f"{name}.csv", "y")
+        assert "decimal comma" not in str(error.value)
     (tmp_path / "tiny.csv").write_text("a,y\n1,2\n2,3\n")
     with pytest.raises(ValueError, match="has 2 rows; at least 3 are needed"):
         load_table(tmp_path / "tiny.csv", "y")

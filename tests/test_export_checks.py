@@ -29,6 +29,7 @@ from pyro_sgmcmc.analysis.export import (
     model_fingerprint,
     to_inference_data,
 )
+from pyro_sgmcmc.analysis.fitted_data import check_fitted_data
 from pyro_sgmcmc.nn import BayesianMLP
 from pyro_sgmcmc.nn.priors import ScaleMixtureNormal
 from pyro_sgmcmc.variational.svi import fit_svi
@@ -551,3 +552,51 @@ def test_mcmc_and_run_chains_exported_with_other_data_are_refused_naming_the_arg
                                       test=(x_test, y_test))  # fmt: skip
         np.testing.assert_array_equal(idata.observed_data["obs"].values, y.numpy())
         assert idata.predictions["obs"].shape[-1] == N_TEST
+
+
+def _from_dict(data, scale=1.0):
+    return indexed(data["x"], data.get("y"))
+
+
+def _star(*data):
+    return indexed(*data)
+
+
+def _without_default(x, y):
+    return indexed(x, y)
+
+
+def test_the_same_data_in_another_form_is_the_runs_and_other_data_are_named(data):
+    """The export binds both calls to the model's signature: float64 data given again as NumPy
+    (converted to float32), a dict of copies, a number for a 0-d tensor are the run's data; a
+    difference is named by how the export passed it, and a missing argument as missing."""
+    x, y, _, _ = data
+    x64, y64 = x.double(), y.double()
+    check_fitted_data(indexed, (x64.numpy(), y64.numpy()), {}, (x64, y64), {}, "the run")
+    other = (y64 + torch.eye(24)[0]).numpy()
+    with pytest.raises(ValueError, match=r"args\[1\] \('y'\) holds other values .*\(1 of 24"):
+        check_fitted_data(indexed, (x64.numpy(), other), {}, (x64, y64), {}, "the run")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the stand-in models differ from their run's in name
+        source = _source(_from_dict, ({"x": x, "y": y},), kwargs={"scale": torch.tensor(0.5)})
+        to_inference_data(
+            source, None, {"x": x.clone(), "y": y.clone()}, model_kwargs={"scale": 0.5}
+        )
+        with pytest.raises(
+            ValueError,
+            match=r"^args\[0\] \('data'\) holds other values than the Chains run was fitted "
+            r"on \(a dict of 2 entries \('x', 'y'\)\)\. observed_data",
+        ):
+            to_inference_data(source, None, {"x": x, "y": y + 1.0}, model_kwargs={"scale": 0.5})
+        with pytest.raises(ValueError, match=r"model argument 'scale' \(left out: its default\)"):
+            to_inference_data(source, None, {"x": x, "y": y})
+        source = _source(_star, (x, y))
+        with pytest.raises(ValueError, match=r"^args\[1\] holds other values"):
+            to_inference_data(source, None, x, y + 1.0)
+        source = _source(_without_default, (x, y))
+        with pytest.raises(
+            ValueError,
+            match=r"^args\[1\] \('y'\) is missing, but the Chains run "
+            r"was fitted with a tensor of shape \(24,\)",
+        ):
+            to_inference_data(source, None, x)

@@ -12,6 +12,7 @@ module                     job
 :mod:`.export_sources`     what a source of draws holds: MCMC, ``run_chains``, SVI
 :mod:`.export_trace`       log-likelihood and predictive draws, the model traced per chunk
 :mod:`.export_checks`      refuse draws, models and data that do not belong together
+:mod:`.fitted_data`        refuse training data other than those a result was fitted on
 :mod:`.export_hmc_stats`   :class:`HMCStatsCollector`: per-draw statistics of NUTS and HMC
 :mod:`.export_xarray`      arrays to labelled ``xarray.Dataset`` groups
 :mod:`._arviz`             ArviZ 0.x or 1.x: the one module that knows which

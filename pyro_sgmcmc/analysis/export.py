@@ -84,9 +84,10 @@ values, and a test set whose columns differ from the training data's are refused
 ``ValueError`` that names ``test`` (or the training arguments). Training arguments given for an
 SVI fit, a Pyro ``MCMC`` run or a :func:`~pyro_sgmcmc.run_chains` result must be the data it was
 fitted on, which each keeps (the same values; NumPy, another device or dtype, by keyword or by
-position, or a default spelled out, is fine): ``observed_data`` and ``log_likelihood`` describe
-the data the posterior was fitted to, so other data are refused with a ``ValueError`` naming the
-argument and pointing held-out data to ``test``.
+position, or a default spelled out, is fine: :mod:`~pyro_sgmcmc.analysis.fitted_data`):
+``observed_data`` and ``log_likelihood`` describe the data the posterior was fitted to, so other
+data are refused with a ``ValueError`` naming the argument and pointing held-out data to
+``test``.
 
 ArviZ 0.x and 1.x
 -----------------

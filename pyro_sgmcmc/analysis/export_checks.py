@@ -11,7 +11,6 @@ finite, shaped like each other and inside the support of their distributions (mo
 from __future__ import annotations
 
 import hashlib
-import inspect
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,7 +26,7 @@ from ..errors import ModelMismatchError, ModelMismatchWarning
 from ..nn.mlp import ACTIVATIONS, BayesianMLP
 from .export_xarray import _argument_names
 
-__all__ = ["check_fitted_data", "checked_test_set", "model_fingerprint"]
+__all__ = ["checked_test_set", "model_fingerprint"]
 
 
 class _DataError(ValueError):
@@ -148,149 +147,6 @@ def _check_finite(label: str, values: tuple, kwargs: Mapping[str, Any]) -> None:
                 f"{name} contains {bad} NaN or infinite value(s) of {value.numel()}; clean or "
                 "impute the data before exporting"
             )
-
-
-def _same_value(given: Any, fitted: Any) -> bool:
-    """Whether a model argument given to the export holds the fit's value: tensors of the same
-    shape and values (compared on the fit's device in the wider of the two dtypes, so that a copy
-    on another device or in another dtype counts as the same data), any other value by ``==``."""
-    if isinstance(given, torch.Tensor) or isinstance(fitted, torch.Tensor):
-        if not (isinstance(given, torch.Tensor) and isinstance(fitted, torch.Tensor)):
-            return False
-        return given.shape == fitted.shape and bool(torch.equal(*_aligned(given, fitted)))
-    if given is fitted:
-        return True
-    try:
-        return bool(given == fitted)
-    except (TypeError, ValueError, RuntimeError):
-        return False
-
-
-def _aligned(given: torch.Tensor, fitted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both tensors on the fit's device, in the wider of their two dtypes."""
-    dtype = torch.promote_types(given.dtype, fitted.dtype)
-    return given.detach().to(fitted.device, dtype), fitted.detach().to(dtype)
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
-    return repr(value)
-
-
-def _difference(label: str, given: Any, fitted: Any, fit: str) -> str:
-    """How the argument ``label`` given to the export differs from the fit's."""
-    if (
-        isinstance(given, torch.Tensor)
-        and isinstance(fitted, torch.Tensor)
-        and given.shape == fitted.shape
-    ):
-        given_values, fitted_values = _aligned(given, fitted)
-        unequal = given_values != fitted_values
-        return (
-            f"{label} holds other values than the data {fit} was fitted on "
-            f"({int(unequal.sum())} of {unequal.numel()} entries differ, shape "
-            f"{tuple(given.shape)})"
-        )
-    return f"{label} is {_describe(given)}, but {fit} was fitted on {_describe(fitted)}"
-
-
-def check_fitted_data(
-    model: Callable[..., Any],
-    args: tuple,
-    kwargs: Mapping[str, Any],
-    fitted_args: tuple,
-    fitted_kwargs: Mapping[str, Any],
-    fit: str,
-) -> None:
-    """Refuse training arguments given to the export of a result that are not the data it was
-    fitted on.
-
-    ``observed_data``, ``constant_data`` and ``log_likelihood`` (and with them ``az.loo`` and
-    ``az.compare``) describe the data the posterior was fitted to; computed on other data they
-    would pass for them without a word. Every result keeps its data (``SVIResult.args``, the
-    ``MCMC`` object's, ``VectorizedResult.args``), so the export needs none; the same data may be
-    given again (NumPy arrays, another device or dtype with the same values, positionally or by
-    keyword, a default spelled out), held-out data go in ``test=``.
-
-    Parameters
-    ----------
-    fit:
-        What the result is, for the message: ``"the SVI fit"``, ``"the MCMC run"``, ...
-
-    Raises
-    ------
-    ValueError
-        Naming the first model argument that differs (``args[i] ('x')``, ``model_kwargs['y']``),
-        how, and what to pass instead.
-    """
-    args, kwargs = as_tensor_arguments(tuple(args), dict(kwargs))
-    given = _bound_arguments(model, args, kwargs)
-    fitted = _bound_arguments(model, *as_tensor_arguments(tuple(fitted_args), dict(fitted_kwargs)))
-    if given is None or fitted is None:  # the signature cannot bind them: compare as given
-        given = _named_arguments(model, args, kwargs, len(fitted_args))
-        fitted = _named_arguments(model, fitted_args, fitted_kwargs, len(fitted_args))
-    problem = None
-    for name in list(fitted) + [n for n in given if n not in fitted]:
-        label = _label(name, args, kwargs, model)
-        if name not in given:
-            problem = f"{label} is missing, but {fit} was fitted with {_describe(fitted[name])}"
-        elif name not in fitted:
-            problem = f"{label} was not an argument of {fit}"
-        elif not _same_value(given[name], fitted[name]):
-            problem = _difference(label, given[name], fitted[name], fit)
-        if problem is not None:
-            break
-    if problem is None:
-        return
-    raise ValueError(
-        f"{problem}. observed_data and log_likelihood (and az.loo on them) must describe the "
-        "data the posterior was fitted to, and the result keeps them: leave out the data "
-        "(to_inference_data(result) or to_inference_data(result, model)) to export the fit's "
-        "own, pass held-out data as test=(x_test, y_test) (the predictions group), or sample "
-        "or fit on these data to export them"
-    )
-
-
-def _bound_arguments(
-    model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]
-) -> dict[str, Any] | None:
-    """The model's arguments by parameter name, defaults filled in (``None`` where the
-    signature cannot be read or does not take them)."""
-    target = model.forward if isinstance(model, torch.nn.Module) else model
-    try:
-        signature = inspect.signature(target)
-        bound = signature.bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return None
-    bound.apply_defaults()
-    named: dict[str, Any] = {}
-    for name, value in bound.arguments.items():
-        kind = signature.parameters[name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            named.update({f"{name}[{i}]": v for i, v in enumerate(value)})
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            named.update(value)
-        else:
-            named[name] = value
-    return named
-
-
-def _named_arguments(
-    model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any], num_names: int
-) -> dict[str, Any]:
-    names = _argument_names(model, max(len(args), num_names))
-    return {**dict(zip(names, args, strict=False)), **kwargs}
-
-
-def _label(name: str, args: tuple, kwargs: Mapping[str, Any], model: Callable[..., Any]) -> str:
-    """How the export's caller passed the argument ``name``."""
-    if name in kwargs:
-        return f"model_kwargs[{name!r}]"
-    names = _argument_names(model, len(args))
-    if name in names:
-        return f"args[{names.index(name)}] ({name!r})"
-    return f"model argument {name!r} (left out: its default)"
 
 
 def checked_test_set(

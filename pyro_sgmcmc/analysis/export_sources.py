@@ -24,9 +24,9 @@ from pyro.infer.mcmc import HMC
 
 from ..kernels.base import StochasticGradientKernel
 from ..variational.svi import SVIResult
-from .export_checks import check_fitted_data
 from .export_hmc_stats import HMCStatsCollector
 from .export_xarray import _dataset, _numpy
+from .fitted_data import check_fitted_data
 
 __all__ = ["CHAINS_SOURCE_ATTRIBUTES", "TensorDict"]
 
@@ -140,15 +140,17 @@ def _fitted_or_checked(
     model: Any, args: tuple, kwargs: dict[str, Any], fitted_args: Any, fitted_kwargs: Any,
     fit: str,
 ) -> tuple[tuple, dict[str, Any]]:  # fmt: skip
-    """The data a result was fitted on where the export is given none, else the data given,
-    refused (:func:`~.export_checks.check_fitted_data`) if the result keeps other data."""
+    """The data a result was fitted on, where the export is given none or the same data in
+    another form (NumPy float32 copies of float64 tensors would not fit the run's model), else
+    a ``ValueError`` (:func:`~.fitted_data.check_fitted_data`); the data given where the result
+    keeps none."""
     fitted_args = tuple(fitted_args or ())
     fitted_kwargs = dict(fitted_kwargs or {})
-    if not args and not kwargs:
-        return fitted_args, fitted_kwargs
-    if fitted_args or fitted_kwargs:
+    if not fitted_args and not fitted_kwargs:
+        return args, kwargs
+    if args or kwargs:
         check_fitted_data(model, args, kwargs, fitted_args, fitted_kwargs, fit)
-    return args, kwargs
+    return fitted_args, fitted_kwargs
 
 
 def _diverging(divergences: list, num_draws: int) -> np.ndarray:
@@ -251,7 +253,8 @@ def _chains_source(source: Any, args: tuple, kwargs: dict[str, Any]) -> _Source:
         stats[name] = array
     attrs = dict(getattr(source, "attrs", None) or {})
     attrs.setdefault("method", type(source).__name__)
-    fit = "the run_chains result" if type(source).__name__ == "VectorizedResult" else "the run"
+    name = type(source).__name__
+    fit = "the run_chains result" if name == "VectorizedResult" else f"the {name} run"
     args, kwargs = _fitted_or_checked(source.model, args, kwargs, source.args, source.kwargs,
                                       fit)  # fmt: skip
     return _Source(dict(samples), stats, attrs, source.model, args, kwargs)

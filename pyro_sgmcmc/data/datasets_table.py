@@ -11,7 +11,6 @@ standardisation as the built-in sets (:func:`.datasets_base._tabular`).
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import os
 import re
 import warnings
@@ -92,23 +91,28 @@ def _read_csv(path: Path) -> list[_Column]:
 
 
 def _split_decimal_hint(row: list[str], header: list[str], delimiter: str) -> str:
-    """Where a ``,`` CSV row has too many fields and neighbouring cells read as the two halves
-    of a number with a decimal comma (``3,25`` split into ``3`` and ``25``), the likely cause:
-    unquoted decimal commas, which no reader can tell from the delimiter."""
-    if delimiter != "," or len(row) <= len(header):
+    """Where a ``,`` CSV row has too many fields and enough pairs of neighbouring cells read as
+    the two halves of a number with a decimal comma (``3,25`` split into ``3`` and ``25``) to
+    account for the extra fields, the possible cause: unquoted decimal commas, which no reader
+    can tell from the delimiter. Not for a row that ends on an empty field (a trailing comma)."""
+    extra = len(row) - len(header)
+    if delimiter != "," or extra <= 0 or not row[-1].strip():
         return ""
-    halves = [
-        f"{a.strip()},{b.strip()}"
-        for a, b in itertools.pairwise(row)
-        if _INTEGER_PART.fullmatch(a.strip()) and b.strip().isdigit()
-    ]
-    if not halves:
+    halves, j = [], 0
+    while j + 1 < len(row):
+        left, right = row[j].strip(), row[j + 1].strip()
+        if _INTEGER_PART.fullmatch(left) and right.isdigit():
+            halves.append(f"{left},{right}")
+            j += 2
+        else:
+            j += 1
+    if len(halves) < extra:
         return ""
     return (
-        f". If {halves[0]!r} is one number written with a decimal comma, the file mixes the "
-        "decimal mark with the delimiter and cannot be read unambiguously: save it again with "
-        "';' as the delimiter (a spreadsheet's 'CSV (semicolon)'; loaded as it is, the numbers "
-        "are then named with a fix) or with '.' as the decimal mark"
+        f". If the file writes numbers with a decimal comma (is {halves[0]!r} one number?), the "
+        "decimal mark and the delimiter cannot be told apart: save it again with ';' as the "
+        "delimiter (a spreadsheet's 'CSV (semicolon)'; loaded as it is, the numbers are then "
+        "named with a fix) or with '.' as the decimal mark"
     )
 
 
