@@ -44,6 +44,7 @@ from .errors import (
 from .inference.checkpoint import ResumableMCMC, load_checkpoint
 from .inference.vectorized import VectorizedResult, run_chains
 from .kernels import PSGLD, SGHMC, SGLD, ConstantSGD, StochasticGradientKernel
+from .kernels.pyro_driver import sequential_chains
 from .models.initialization import find_map, init_to_prior
 from .nn import BayesianMLP, GammaPrecision, NormalPrior, ScaleMixturePrior
 
@@ -99,6 +100,7 @@ __all__ = [
     "posterior_predictive",
     "run_chains",
     "run_comparison",
+    "sequential_chains",
     "to_inference_data",
 ]
 

@@ -356,6 +356,34 @@ def test_mcmc_in_forked_processes_after_a_parallel_operation_does_not_hang():
     assert done.stdout.split("\n")[-2] == "_MultiSampler (2, 5)"
 
 
+def test_sequential_chains_keeps_pyros_chains_and_hooks_in_this_process(y, monkeypatch):
+    """On a machine with a spare core per chain Pyro runs each chain in a worker process, where
+    hook_fn runs too: HMCStatsCollector recorded nothing. MCMC objects built in
+    sequential_chains() run their chains here, and the collector records every draw; Pyro's
+    choice is left as it was after the block, also when the block raises."""
+    from pyro.infer import NUTS
+
+    from pyro_sgmcmc import sequential_chains
+    from pyro_sgmcmc.analysis.export import HMCStatsCollector
+
+    monkeypatch.setattr(pyro.infer.mcmc.api.mp, "cpu_count", lambda: 8)
+    collector = HMCStatsCollector()
+    with sequential_chains(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="num_chains=.*sequentially")
+        mcmc = MCMC(NUTS(normal_mean), num_samples=6, warmup_steps=4, num_chains=2,
+                    hook_fn=collector, disable_progbar=True)  # fmt: skip
+    assert type(mcmc.sampler).__name__ == "_UnarySampler"
+    mcmc.run(y)
+    idata = to_inference_data(mcmc, hmc_stats=collector)
+    assert idata.sample_stats["energy"].shape == (2, 6)
+    assert np.isfinite(idata.sample_stats["energy"].values).all()
+    outside = MCMC(NUTS(normal_mean), num_samples=6, warmup_steps=4, num_chains=2)
+    assert type(outside.sampler).__name__ == "_MultiSampler"
+    with pytest.raises(RuntimeError, match="inside"), sequential_chains():
+        raise RuntimeError("inside")
+    assert pyro.infer.mcmc.api.mp.cpu_count() == 8
+
+
 def _verdicts(caught) -> list[str]:
     return [str(w.message) for w in caught if "MCMC with SGLD" in str(w.message)]
 

@@ -58,7 +58,7 @@ import torch
 from IPython.display import display
 from pyro.infer import MCMC, NUTS, RandomWalkKernel
 
-from pyro_sgmcmc import SGLD, from_draws
+from pyro_sgmcmc import SGLD, from_draws, sequential_chains
 from pyro_sgmcmc.analysis.diagnostics import convergence_report
 
 logging.getLogger("arviz").setLevel(logging.ERROR)  # ArviZ sets its level on import
@@ -210,16 +210,19 @@ def run_sampler(name):
             {"intercept": float(params["coef"][0]), "slope": float(params["coef"][1])}
         )
 
-    mcmc = MCMC(
-        make_kernel(name),
-        num_samples=setting["samples"],
-        warmup_steps=setting["warmup"],
-        num_chains=NUM_CHAINS,
-        initial_params={k: v.expand(NUM_CHAINS, *v.shape) for k, v in START.items()},
-        hook_fn=hook,
-        mp_context=None,
-        disable_progbar=True,
-    )
+    # the hook collects in this process: keep the chains here on any machine (with a spare
+    # core per chain Pyro would run each in a worker process, where the hook runs too)
+    with sequential_chains():
+        mcmc = MCMC(
+            make_kernel(name),
+            num_samples=setting["samples"],
+            warmup_steps=setting["warmup"],
+            num_chains=NUM_CHAINS,
+            initial_params={k: v.expand(NUM_CHAINS, *v.shape) for k, v in START.items()},
+            hook_fn=hook,
+            mp_context=None,
+            disable_progbar=True,
+        )
     start = time.perf_counter()
     mcmc.run(x, y)
     seconds = time.perf_counter() - start

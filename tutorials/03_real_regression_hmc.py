@@ -64,7 +64,7 @@ from IPython.display import display
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_uniform
 
-from pyro_sgmcmc import SGHMC
+from pyro_sgmcmc import SGHMC, sequential_chains
 from pyro_sgmcmc.analysis.diagnostics import convergence_report, reports_table
 from pyro_sgmcmc.analysis.export import HMCStatsCollector, to_inference_data
 from pyro_sgmcmc.analysis.metrics import mae, predictive_log_likelihood, rmse
@@ -176,16 +176,19 @@ initial_params = {
 }
 collector = HMCStatsCollector()
 start = time.perf_counter()
-nuts = MCMC(
-    NUTS(model, max_tree_depth=5 if SMOKE else 7),
-    num_samples=NUTS_DRAWS[1],
-    warmup_steps=NUTS_DRAWS[0],
-    num_chains=NUM_CHAINS,
-    initial_params=initial_params,
-    hook_fn=collector,
-    mp_context=None,
-    disable_progbar=True,
-)
+# the collector is a hook: it records where the chains run, so keep them in this process
+# (on a machine with a spare core per chain Pyro would run each in a worker process)
+with sequential_chains():
+    nuts = MCMC(
+        NUTS(model, max_tree_depth=5 if SMOKE else 7),
+        num_samples=NUTS_DRAWS[1],
+        warmup_steps=NUTS_DRAWS[0],
+        num_chains=NUM_CHAINS,
+        initial_params=initial_params,
+        hook_fn=collector,
+        mp_context=None,
+        disable_progbar=True,
+    )
 nuts.run(x, y)
 nuts_seconds = time.perf_counter() - start
 nuts_idata = to_inference_data(

@@ -73,8 +73,8 @@ class HMCStatsCollector:
     ``az.bfmi`` and ``az.plot_energy`` read.
 
     Chains run in worker processes (``num_chains <= cpu_count - 1``) call the hook in the worker,
-    so nothing is recorded; pass ``mp_context`` and run them sequentially (or on a machine with
-    fewer cores than chains) to collect statistics.
+    so nothing is recorded: construct the ``MCMC`` inside
+    :func:`~pyro_sgmcmc.sequential_chains` to keep its chains in this process on any machine.
 
     Examples
     --------

@@ -8,7 +8,7 @@ module                     job
 :mod:`.sghmc`              :class:`SGHMC`
 :mod:`.psgld`              :class:`PSGLD`
 :mod:`.constant_sgd`       :class:`ConstantSGD`
-:mod:`.pyro_driver`        what a kernel learns of the ``MCMC`` run driving it (the call stack)
+:mod:`.pyro_driver`        what a kernel learns of the ``MCMC`` run driving it; sequential chains
 =========================  ===================================================================
 """
 

@@ -7,12 +7,15 @@ whose kernel ran no chain, calls ``kernel.setup(0, *args)`` only to learn the tr
 (``AbstractMCMC._set_transforms``). A kernel that judges the whole run must know which case it
 is in; these functions find Pyro's driver frames by their class and method names and return
 ``None`` (or ``False``) where they find none -- as under another driver, or if Pyro's internals
-change, in which case a kernel behaves as for a run it cannot see whole.
+change, in which case a kernel behaves as for a run it cannot see whole. The other way round,
+:func:`sequential_chains` makes Pyro choose its sequential driver on any machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -21,6 +24,7 @@ __all__ = [
     "TransformsRequest",
     "one_thread_per_worker",
     "parallel_worker_chain",
+    "sequential_chains",
     "sequential_run_position",
     "transforms_request",
 ]
@@ -60,6 +64,40 @@ def parallel_worker_chain() -> int | None:
             index = getattr(frame.f_locals["self"], "chain_id", None)
             return index if isinstance(index, int) else None
     return None
+
+
+@contextlib.contextmanager
+def sequential_chains() -> Iterator[None]:
+    """Make every ``pyro.infer.MCMC`` constructed in the block run its chains one after the
+    other, in this process, on any machine.
+
+    Pyro chooses at construction: with ``num_chains <= cpu_count - 1`` it runs each chain in a
+    worker process, and has no option to do otherwise. In a worker, ``hook_fn`` runs in the
+    worker, so a hook that collects in this process
+    (:class:`~pyro_sgmcmc.analysis.export.HMCStatsCollector`, a list of warm-up draws) collects
+    nothing on a machine with a spare core per chain, and timings differ from a machine
+    without. In the block Pyro sees one core (it warns that the chains are drawn sequentially);
+    ``mcmc.run`` may be called after it.
+
+    Examples
+    --------
+    >>> with sequential_chains():                                        # doctest: +SKIP
+    ...     mcmc = MCMC(NUTS(model), 500, warmup_steps=500, num_chains=4, hook_fn=collector)
+    >>> mcmc.run(x, y)                                                   # doctest: +SKIP
+    """
+    from pyro.infer.mcmc import api
+
+    processes = api.mp
+    original = processes.cpu_count
+    processes.cpu_count = _one_core
+    try:
+        yield
+    finally:
+        processes.cpu_count = original
+
+
+def _one_core() -> int:
+    return 1
 
 
 def one_thread_per_worker() -> None:
