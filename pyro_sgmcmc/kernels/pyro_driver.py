@@ -76,8 +76,9 @@ def sequential_chains() -> Iterator[None]:
     worker, so a hook that collects in this process
     (:class:`~pyro_sgmcmc.analysis.export.HMCStatsCollector`, a list of warm-up draws) collects
     nothing on a machine with a spare core per chain, and timings differ from a machine
-    without. In the block Pyro sees one core (it warns that the chains are drawn sequentially);
-    ``mcmc.run`` may be called after it.
+    without. In the block Pyro sees one core (it warns that the chains are drawn sequentially):
+    ``torch.multiprocessing.cpu_count``, which Pyro asks, returns 1 for the whole process (other
+    threads too) until the block ends. ``mcmc.run`` may be called after it.
 
     Examples
     --------
