@@ -41,6 +41,7 @@ from pyro_sgmcmc.analysis.diagnostics import (
     convergence_report,
     judge,
     network_advice,
+    rhat_text,
 )
 from pyro_sgmcmc.analysis.function_space import HeldOutOutputDraws, run_verdict
 from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
@@ -75,7 +76,7 @@ def test_judge_names_the_statistic_furthest_from_its_bound():
     assert str(verdict) == "not converged: R-hat 1.050 > 1.01; run about 5 times longer"
     verdict = judge(1.001, 120.0, 300.0, 4)  # 100 per chain: 400 in all
     assert verdict.statistic == "bulk ESS" and verdict.longer == pytest.approx(400 / 120)
-    assert str(verdict).endswith("bulk ESS 120 < 400; run about 4 times longer")
+    assert str(verdict).endswith("bulk ESS 120 < 400, tail ESS 300 < 400; run about 4 times longer")
     # a network is judged on its outputs, with the looser R-hat bound
     assert judge(1.03, 900.0, 900.0, 4, function_space=True).converged
     assert "R-hat of f(x) 1.080 > 1.05" in str(judge(1.08, 900.0, 900.0, 4, function_space=True))
@@ -84,6 +85,23 @@ def test_judge_names_the_statistic_furthest_from_its_bound():
     assert judge(math.nan, 150.0, 150.0, 1).converged
     assert not judge(math.nan, 150.0, 150.0, 1, min_ess=400).converged
     assert "too few to judge" in str(judge(math.nan, math.nan, math.nan, 2, num_draws=3))
+
+
+def test_the_verdict_names_every_statistic_outside_its_bound_and_no_rounding_hides_one():
+    # chains that disagree (R-hat 2.9) are named even where the ESS needs the longer run
+    verdict = judge(2.921, 2.3, 150.0, 2, function_space=True)
+    assert verdict.statistic == "bulk ESS" and verdict.longer == pytest.approx(200 / 2.3)
+    assert [other[0] for other in verdict.others] == ["R-hat", "tail ESS"]
+    assert str(verdict) == (
+        "not converged: bulk ESS of f(x) 2 < 200, R-hat of f(x) 2.921 > 1.05, tail ESS of "
+        "f(x) 150 < 200; run about 87 times longer"
+    )
+    # an R-hat just above its bound is printed with the digits that show it above
+    just_above = judge(1.0500233, 900.0, 900.0, 4, function_space=True)
+    assert "R-hat of f(x) 1.05002 > 1.05" in str(just_above)
+    assert rhat_text(1.0500233, 1.05) == "1.05002" and rhat_text(1.0423, 1.05) == "1.042"
+    assert rhat_text(1.0500233, 1.01) == "1.050"
+    assert judge(1.001, 900.0, 900.0, 4).others == ()
 
 
 def test_a_short_run_warns_and_a_long_one_converges(y):
@@ -239,6 +257,25 @@ def test_the_first_round_is_sized_by_the_pace_of_the_kept_draws(y):
                             callback=lambda index, draw: time.sleep(0.05))  # fmt: skip
     first, second = result.judged_at[:2]
     assert first == 10 and 1 <= second - first <= 2.0 / 0.05
+
+
+def test_the_rounds_leave_room_in_the_budget_for_their_verdicts(y, monkeypatch):
+    """A verdict that takes 8 ms per draw per chain (a classifier's outputs at a few hundred
+    test rows take seconds): the rounds are sized so that the run, verdicts included, ends
+    within its 2 s budget, up to the timing noise of a loaded machine (they once filled the
+    budget with draws, and the last verdict overran it: here by 0.4 s)."""
+    import pyro_sgmcmc.inference.vectorized as vectorized
+
+    def slow_verdict(samples, *args, **kwargs):
+        time.sleep(0.008 * next(iter(samples.values())).shape[1])
+        return run_verdict(samples, *args, **kwargs)
+
+    monkeypatch.setattr(vectorized, "run_verdict", slow_verdict)
+    kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=1, seed=0)
+    with pytest.warns(SamplerWarning, match=r"budget of max_seconds=2 is spent"):
+        result = run_chains(kernel, y, num_chains=2, num_samples=50, warmup_steps=30,
+                            target_ess=1e9, max_seconds=2.0)  # fmt: skip
+    assert len(result.judged_at) >= 2 and result.sampling_time <= 2.2
 
 
 def test_a_run_that_cannot_converge_stops_at_ten_times_its_draws(y):

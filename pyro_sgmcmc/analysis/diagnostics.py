@@ -6,8 +6,9 @@ keeps the worst of each (largest :math:`\hat R`, smallest ESS) and divides the s
 the wall time.
 
 Every report carries a **verdict** (:class:`Verdict`), ``converged`` or ``not converged:
-<statistic> <value> <than> <bound>; run about k times longer``, against the bounds of Vehtari et
-al. (2021):
+<statistic> <value> <than> <bound>[, <statistic> ...]; run about k times longer`` (every
+statistic outside its bound, the one that needs the longest run first), against the bounds of
+Vehtari et al. (2021):
 
 * a model whose parameters are identified: :math:`\hat R \le` :data:`RHAT_BOUND` (1.01) and
   bulk and tail ESS :math:`\ge` :data:`ESS_PER_CHAIN` (100) per chain, over every parameter;
@@ -56,6 +57,7 @@ __all__ = [
     "judge",
     "network_advice",
     "reports_table",
+    "rhat_text",
     "worst_statistics",
 ]
 
@@ -74,7 +76,7 @@ OUTPUT_GROUPS = ("predictions", "posterior_predictive")
 
 @dataclass(frozen=True)
 class Verdict:
-    """Whether draws meet the convergence bounds of the module docstring, and if not, the
+    r"""Whether draws meet the convergence bounds of the module docstring, and if not, the
     statistic furthest from its bound.
 
     Attributes
@@ -92,6 +94,10 @@ class Verdict:
         converged).
     basis:
         What was judged: ``"parameters"`` or ``"f(x)"`` (a network's outputs).
+    others:
+        The other statistics outside their bounds, as ``(statistic, value, bound)``, the one
+        furthest from its bound first: the text names them all, so that an ESS that binds does
+        not hide an :math:`\hat R` that says the chains disagree.
     """
 
     converged: bool
@@ -100,6 +106,7 @@ class Verdict:
     bound: float
     longer: float
     basis: str = "parameters"
+    others: tuple[tuple[str, float, float], ...] = ()
 
     def __str__(self) -> str:
         if self.converged:
@@ -113,14 +120,28 @@ class Verdict:
                 f"not converged: {self.value:.0f} draws per chain are too few to judge (at least "
                 f"{self.bound:.0f})"
             )
-        than = ">" if self.statistic == "R-hat" else "<"
-        value = f"{self.value:.3f}" if self.statistic == "R-hat" else f"{self.value:.0f}"
-        bound = f"{self.bound:.2f}" if self.statistic == "R-hat" else f"{self.bound:.0f}"
         where = "" if self.basis == "parameters" else f" of {self.basis}"
-        return (
-            f"not converged: {self.statistic}{where} {value} {than} {bound}; run about "
-            f"{math.ceil(self.longer)} times longer"
-        )
+        failures = [(self.statistic, self.value, self.bound), *self.others]
+        named = ", ".join(_failure_text(*failure, where) for failure in failures)
+        return f"not converged: {named}; run about {math.ceil(self.longer)} times longer"
+
+
+def _failure_text(statistic: str, value: float, bound: float, where: str) -> str:
+    """``"R-hat of f(x) 1.0503 > 1.05"`` or ``"bulk ESS 39 < 200"`` (``where``: ``" of f(x)"``
+    or ``""``)."""
+    if statistic == "R-hat":
+        return f"R-hat{where} {rhat_text(value, bound)} > {bound:.2f}"
+    return f"{statistic}{where} {value:.0f} < {bound:.0f}"
+
+
+def rhat_text(value: float, bound: float) -> str:
+    r""":math:`\hat R` with three decimals, or with as many more (up to six) as it takes to show
+    a value above ``bound`` above it (1.0500233 against 1.05 reads ``1.05002``, not ``1.050``)."""
+    for decimals in range(3, 7):
+        text = f"{value:.{decimals}f}"
+        if not value > bound or float(text) > bound:
+            return text
+    return text
 
 
 def judge(
@@ -160,10 +181,11 @@ def judge(
     for name, value in (("bulk ESS", min_ess_bulk), ("tail ESS", min_ess_tail)):
         factor = ess_bound / value if value > 0 else math.inf
         needs.append((factor if not math.isnan(value) else math.inf, name, value, ess_bound))
-    worst = max(needs, key=lambda need: need[0])
-    if worst[0] <= 1.0:
+    failing = sorted((need for need in needs if need[0] > 1.0), key=lambda need: -need[0])
+    if not failing:
         return Verdict(True, None, math.nan, math.nan, 1.0, basis)
-    return Verdict(False, worst[1], worst[2], worst[3], worst[0], basis)
+    (longer, statistic, value, bound), *others = failing
+    return Verdict(False, statistic, value, bound, longer, basis, tuple(o[1:] for o in others))
 
 
 #: Kernels whose overdamped Langevin dynamics cross a network's flat directions slowly.
@@ -441,6 +463,9 @@ def format_reports(reports: Iterable[ConvergenceReport]) -> str:
             value = getattr(report, attribute)
             if isinstance(value, float) and not math.isfinite(value):
                 row.append("inf" if value == math.inf else "-")
+            elif attribute == "max_rhat":
+                bound = FUNCTION_RHAT_BOUND if report.basis == "f(x)" else RHAT_BOUND
+                row.append(rhat_text(value, bound))
             else:
                 row.append(fmt.format(value))
         rows.append(row)

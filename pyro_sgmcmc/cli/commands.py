@@ -16,9 +16,12 @@ variable ``PYRO_SGMCMC_DEBUG=1`` to print the traceback of a method that fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any
 
 from ..analysis import _arviz
@@ -158,7 +161,10 @@ def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
     display = compare.add_argument_group("display")
     display.add_argument("--no-progress", action="store_true", help="hide progress bars")
     display.add_argument("--no-figures", action="store_true", help="write no PNG figures")
-    display.add_argument("--quiet", action="store_true", help="print only the table")
+    display.add_argument(
+        "--quiet", action="store_true",
+        help="no progress lines or bars: print the results only (table, status and notes)",
+    )  # fmt: skip
 
 
 def _add_sample_parser(commands: argparse._SubParsersAction) -> None:
@@ -203,7 +209,10 @@ def _add_sample_parser(commands: argparse._SubParsersAction) -> None:
     _add_fit_options(sample)
     display = sample.add_argument_group("display")
     display.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    display.add_argument("--quiet", action="store_true", help="print only the result row")
+    display.add_argument(
+        "--quiet", action="store_true",
+        help="no progress lines or bars: print the result only (row, status and notes)",
+    )  # fmt: skip
 
 
 def _add_data_options(parser: argparse.ArgumentParser) -> None:
@@ -401,18 +410,29 @@ def _compare(args: argparse.Namespace) -> int:
     print()
     print(
         f"{results.dataset} ({results.task}): {results.num_train} train / "
-        f"{results.num_test} test rows, total {results.total_time:.1f} s"
+        f"{results.num_test} test rows, total {results.total_time:.1f} s (wall [s]: each "
+        "method's inference; its export, predictions and verdict: on its line below)"
     )
     print(results.table())
     print(f"  {results.criterion()}")
     for line in results.messages():
         print(f"  {line}")
     if config.out is not None:
-        print(f"results written to {config.out}/ (summary.json, summary.md, *.nc, *.png)")
+        files = results.files + [name for method in results.methods for name in method.files]
+        print(f"results written to {config.out}/ ({_written(files)})")
     if results.all_failed:
         print("every method failed", file=sys.stderr)
         return EXIT_ALL_FAILED
     return EXIT_OK
+
+
+def _written(files: Sequence[str]) -> str:
+    """``"summary.json, summary.md, *.nc"`` and ``", *.png"`` where figures were written."""
+    suffixes = {Path(name).suffix for name in files}
+    kinds = ["summary.json", "summary.md"] + [
+        f"*{suffix}" for suffix in (".nc", ".png") if suffix in suffixes
+    ]
+    return ", ".join(kinds)
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -475,9 +495,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "datasets":
         return _datasets()
-    if args.command == "sample":
-        return _sample(args)
-    return _compare(args)
+    with _warnings_without_source():
+        return _sample(args) if args.command == "sample" else _compare(args)
+
+
+@contextlib.contextmanager
+def _warnings_without_source() -> Iterator[None]:
+    """Warnings printed as ``Category: message``: the file and line that Python adds would
+    point into this package (or the console script), which says nothing to a command's user."""
+    previous = warnings.formatwarning
+    warnings.formatwarning = lambda message, category, *_args, **_kwargs: (
+        f"{category.__name__}: {message}\n"
+    )
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -43,7 +43,7 @@ from pathlib import Path
 from ..analysis import _arviz, plots
 from ..data.datasets import Dataset
 from .compare_config import ACTIVATIONS as ACTIVATIONS
-from .compare_config import METHODS, CompareConfig, load_data
+from .compare_config import METHODS, SGMCMC_METHODS, CompareConfig, load_data
 from .compare_config import NOISES as NOISES
 from .compare_config import PRIORS as PRIORS
 from .compare_config import TASKS as TASKS
@@ -197,11 +197,14 @@ def _settings_note(config: CompareConfig, data: Dataset) -> str:
         if jobs > 1
         else ""
     )
-    return (
-        f"seed {config.seed}; {config.chains} chain(s); SG-MCMC: {config.num_samples} draws "
-        f"after {config.warmup} warm-up per chain{rounds}, {thinning} steps per draw, batch "
-        f"size {min(config.batch_size, data.num_train)} of N = {data.num_train}{at_once}"
+    sgmcmc = (
+        f"; SG-MCMC: {config.num_samples} draws after {config.warmup} warm-up per "
+        f"chain{rounds}, {thinning} steps per draw, batch size "
+        f"{min(config.batch_size, data.num_train)} of N = {data.num_train}"
+        if set(config.methods) & set(SGMCMC_METHODS)
+        else ""
     )
+    return f"seed {config.seed}; {config.chains} chain(s){sgmcmc}{at_once}"
 
 
 def _write_summary(

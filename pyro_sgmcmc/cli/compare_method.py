@@ -201,10 +201,13 @@ def run_method(
         result.wall_time = time.perf_counter() - began
         result.message = run.notes
         say(f"[{method}] exporting and predicting")
+        exporting = time.perf_counter()
         idata = _export(run, model, data, config, method, result.wall_time)
         rounds_ess = config.target_ess if method in SGMCMC_METHODS else None
         _predict_and_diagnose(outcome, model, idata, rounds_ess)
         outcome.idata = idata
+        after = f"exported, predicted and judged in {time.perf_counter() - exporting:.1f} s"
+        result.message = "; ".join(note for note in (result.message, after) if note)
     except Exception as error:  # any failure of one method is reported, the others go on
         _record_failure(result, error, began, say)
         return MethodOutcome(result, data)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.diagnostics import ESS_PER_CHAIN, FUNCTION_RHAT_BOUND, RHAT_BOUND
+from ..analysis.diagnostics import ESS_PER_CHAIN, FUNCTION_RHAT_BOUND, RHAT_BOUND, rhat_text
 from .compare_config import CompareConfig
 
 
@@ -57,6 +57,10 @@ class MethodResult:
     def ok(self) -> bool:
         """Whether the method produced draws."""
         return self.status not in ("failed", "skipped")
+
+
+#: The bound each R-hat column is read against.
+_RHAT_BOUNDS = {"max_rhat": RHAT_BOUND, "max_rhat_output": FUNCTION_RHAT_BOUND}
 
 
 @dataclass
@@ -109,6 +113,8 @@ class ComparisonResults:
                 value = values.get(key)
                 if value is None or (isinstance(value, float) and not math.isfinite(value)):
                     row.append("-")
+                elif key in _RHAT_BOUNDS:  # digits enough to show a value above its bound
+                    row.append(rhat_text(value, _RHAT_BOUNDS[key]))
                 else:
                     row.append(format(value, fmt))
             rows.append(row)

@@ -311,8 +311,9 @@ def run_chains(
         checkpoints are written after each round and a resumed run goes on with its rounds.
     max_seconds:
         A budget in seconds for the run, counted from its first warm-up step (the time
-        ``result.sampling_time`` reports): each round is sized from the kept draws' pace to
-        end within it, and none starts once it is spent (the warm-up and the first
+        ``result.sampling_time`` reports): each round is sized from the kept draws' pace and
+        the time its verdict will take (in proportion to the draws) to end within it, and
+        none starts once it is spent (the warm-up and the first
         ``num_samples`` draws are always made). Alone, it runs rounds until the default
         bounds are met.
     test, test_kwargs:
@@ -458,14 +459,20 @@ class _Rounds:
         self.outputs = outputs
         self.spent = False
         self.judged_at: list[int] = []
+        #: seconds of the last verdict, and its draws per chain: a verdict over many outputs
+        #: (a classifier's at a few hundred test rows) takes seconds, in proportion to draws
+        self.last_judge: tuple[float, int] = (0.0, 1)
 
     def judge(self) -> Verdict:
+        began = time.perf_counter()
         self.judged_at.append(self.recorder.count)
         samples = self.chains.constrain(self.recorder.stacked())
         if not samples:  # keep_draws=False: nothing to judge
             return Verdict(True, None, math.nan, math.nan, 1.0)
-        return run_verdict(samples, self.chains.structure.model, self.outputs,
-                           min_ess=self.target_ess)  # fmt: skip
+        verdict = run_verdict(samples, self.chains.structure.model, self.outputs,
+                              min_ess=self.target_ess)  # fmt: skip
+        self.last_judge = (time.perf_counter() - began, max(self.recorder.count, 1))
+        return verdict
 
     def more_draws(self, verdict: Verdict) -> int:
         """As many draws as the verdict asks for (at least a tenth more), within the budget."""
@@ -480,9 +487,13 @@ class _Rounds:
         left = self.max_seconds - (now - self.started)
         since, drawn = self.kept_since
         self.kept_since = (now, count)
+        judge_seconds, judged = self.last_judge
+        per_judged_draw = judge_seconds / judged  # the round's own verdict fits in the budget
         if count > drawn:
-            per_draw = (now - since) / (count - drawn)
-            fits = int(left / per_draw) if per_draw > 0 else wanted
+            per_draw = max(now - since - judge_seconds, 0.0) / (count - drawn)
+            room = left - per_judged_draw * count
+            per_new_draw = per_draw + per_judged_draw
+            fits = int(room / per_new_draw) if per_new_draw > 0 else wanted
         else:  # no draw timed in this process (resumed after its last one): a short round
             fits = math.ceil(count / 10) if left > 0 else 0
         if fits < 1:
