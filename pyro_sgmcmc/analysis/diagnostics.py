@@ -47,17 +47,20 @@ import numpy as np
 from . import _arviz
 
 __all__ = [
+    "APART",
     "ESS_PER_CHAIN",
     "FUNCTION_RHAT_BOUND",
     "RHAT_BOUND",
     "ConvergenceReport",
     "Verdict",
+    "advice",
     "convergence_report",
     "format_reports",
     "judge",
     "network_advice",
     "reports_table",
     "rhat_text",
+    "stuck_advice",
     "worst_statistics",
 ]
 
@@ -207,6 +210,40 @@ def network_advice(algorithm: str, verdict: Verdict) -> str:
         "; on networks SGHMC's momentum usually mixes the outputs several times faster "
         "with the same defaults"
     )
+
+
+#: An :math:`\hat R` this many times its bound's distance from 1 (1.1 for parameters, 1.5 for a
+#: network's outputs) says the chains sit in different places, not that they are slow.
+APART = 10.0
+
+
+def stuck_advice(verdict: Verdict) -> str:
+    r"""What to add to the warning of a run whose chains disagree far beyond the
+    :math:`\hat R` bound: a warm-up too short, or chains stuck, for which a longer run is not
+    the cure. Chains stuck each in its own
+    place -- a separate mode, or the neck of a centred hierarchical model's funnel, where a
+    group scale went to zero (a concentration to infinity) with every member at the group's
+    mean during the warm-up's descent -- stay there however long they run. ``""`` otherwise,
+    and for a network's outputs (whose modes the advice of :func:`network_advice` is about)."""
+    failures = [(verdict.statistic, verdict.value, verdict.bound), *verdict.others]
+    apart = any(
+        statistic == "R-hat" and value - 1.0 >= APART * (bound - 1.0)
+        for statistic, value, bound in failures
+    )
+    if verdict.converged or verdict.basis == "f(x)" or not apart:
+        return ""
+    return (
+        "; chains this far apart are either still on their way (a warm-up too short) or each "
+        "stuck in its own place (a separate mode, or the neck of a centred hierarchical "
+        "model's funnel: a group scale near zero with every member at the group mean), which "
+        "a longer run does not cure: compare the chains' draws of each site "
+        "(arviz.plot_trace); write such a model in non-centred form, or sample it with NUTS"
+    )
+
+
+def advice(algorithm: str, verdict: Verdict) -> str:
+    """:func:`network_advice` and :func:`stuck_advice`, for the warning of an unconverged run."""
+    return network_advice(algorithm, verdict) + stuck_advice(verdict)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import pyro
 import torch
 
 from ..analysis import _arviz, metrics
-from ..analysis.diagnostics import convergence_report, network_advice
+from ..analysis.diagnostics import advice, convergence_report
 from ..analysis.export import to_inference_data
 from ..analysis.predictive import (
     ClassificationPrediction,
@@ -256,9 +256,7 @@ def _predict_and_diagnose(
         result.status = "converged" if verdict.converged else "not converged"
     notes = (
         result.message,
-        ""
-        if verdict.converged or method == "svi"
-        else str(verdict) + network_advice(method, verdict),
+        "" if verdict.converged or method == "svi" else str(verdict) + advice(method, verdict),
         _divergence_note(idata, method),
     )
     result.message = "; ".join(note for note in notes if note)

@@ -46,7 +46,7 @@ from .._validation import (
     check_options_not_model_parameters,
     check_positive_int,
 )
-from ..analysis.diagnostics import Verdict, network_advice
+from ..analysis.diagnostics import Verdict, advice
 from ..analysis.export_checks import checked_test_set
 from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, run_verdict
 from ..engine.build import PreparedChains, prepare_chains
@@ -392,7 +392,7 @@ def run_chains(
         sampling_time = time.perf_counter() - sampling_start
         warn_all(chains.final_messages(recorder.stacked()))
         if not verdict.converged:
-            warn_all([rounds.message(verdict) + network_advice(kernel.algorithm, verdict)])
+            warn_all([rounds.message(verdict) + advice(kernel.algorithm, verdict)])
     result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs, verdict)
     result = dataclasses.replace(result, judged_at=tuple(rounds.judged_at))
     return _gathered(result, saver) if distribute_chains else result
