@@ -104,6 +104,11 @@ def test_the_verdict_names_every_statistic_outside_its_bound_and_no_rounding_hid
     assert rhat_text(1.0500233, 1.05) == "1.05002" and rhat_text(1.0423, 1.05) == "1.042"
     assert rhat_text(1.0500233, 1.01) == "1.050"
     assert judge(1.001, 900.0, 900.0, 4).others == ()
+    # chains constant but apart: an infinite R-hat, no number of times longer
+    frozen = judge(math.inf, 800.0, 800.0, 4)
+    assert str(frozen) == (
+        "not converged: R-hat inf > 1.01; the chains do not move, a longer run will not help"
+    )
 
 
 def test_chains_far_apart_are_told_a_longer_run_may_not_cure_them():

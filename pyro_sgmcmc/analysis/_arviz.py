@@ -55,6 +55,9 @@ import arviz as az
 import numpy as np
 import xarray as xr
 
+from . import rank_diagnostics
+from .rank_diagnostics import TAIL_PROB
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -88,8 +91,6 @@ __all__ = [
 #: ``True`` under ArviZ 1.x (``DataTree`` results), ``False`` under 0.x (``InferenceData``).
 ARVIZ_1: bool = int(az.__version__.split(".")[0]) >= 1
 
-#: The quantiles of the tail ESS (ArviZ 0.x's, passed explicitly to 1.x).
-TAIL_PROB: tuple[float, float] = (0.05, 0.95)
 
 #: The dimensions that index draws in every group that holds draws.
 SAMPLE_DIMS: tuple[str, str] = ("chain", "draw")
@@ -374,19 +375,20 @@ def _needs_zarr() -> None:
 # diagnostics
 # ---------------------------------------------------------------------------------------------
 def rhat(dataset: xr.Dataset) -> xr.Dataset:
-    r"""Rank-normalised split :math:`\hat R` of every variable of a dataset.
+    r"""Rank-normalised split :math:`\hat R` of every variable of a dataset: ArviZ's numbers (both
+    lines), computed for every scalar at once (:mod:`.rank_diagnostics`).
 
     Parameters
     ----------
     dataset : xarray.Dataset
-        Variables with ``chain`` and ``draw`` dimensions.
+        Variables with ``chain`` and ``draw`` dimensions (two chains, four draws or more).
 
     Returns
     -------
     xarray.Dataset
         One value per scalar coordinate, without ``chain`` and ``draw``.
     """
-    return az.rhat(dataset)
+    return rank_diagnostics.map_quantities(dataset, rank_diagnostics.rank_rhat)
 
 
 def ess(dataset: xr.Dataset, method: str = "bulk") -> xr.Dataset:
@@ -397,15 +399,19 @@ def ess(dataset: xr.Dataset, method: str = "bulk") -> xr.Dataset:
     dataset : xarray.Dataset
         Variables with ``chain`` and ``draw`` dimensions.
     method : {"bulk", "tail", "mean", "sd", ...}
-        ArviZ's ESS method; ``"tail"`` uses the quantiles :data:`TAIL_PROB` under both lines.
+        ArviZ's ESS method; ``"bulk"`` and ``"tail"`` (the quantiles :data:`TAIL_PROB`) are
+        computed for every scalar at once (:mod:`.rank_diagnostics`), the others by ArviZ.
 
     Returns
     -------
     xarray.Dataset
     """
-    if method == "tail" and ARVIZ_1:
-        return az.ess(dataset, method="tail", prob=TAIL_PROB)
+    if method in _RANK_ESS:  # ArviZ's numbers, for every scalar at once
+        return rank_diagnostics.map_quantities(dataset, _RANK_ESS[method])
     return az.ess(dataset, method=method)
+
+
+_RANK_ESS = {"bulk": rank_diagnostics.ess_bulk, "tail": rank_diagnostics.ess_tail}
 
 
 def mcse(dataset: xr.Dataset, method: str = "mean") -> xr.Dataset:

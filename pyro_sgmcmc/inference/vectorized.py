@@ -477,7 +477,9 @@ class _Rounds:
     def more_draws(self, verdict: Verdict) -> int:
         """As many draws as the verdict asks for (at least a tenth more), within the budget."""
         count = self.recorder.count
-        wanted = max(math.ceil(count * 1.1 * (verdict.longer - 1.0)), math.ceil(count / 10), 1)
+        # chains that do not move (an infinite R-hat): rounds of a finite size all the same
+        longer = verdict.longer if math.isfinite(verdict.longer) else ROUNDS_LIMIT
+        wanted = max(math.ceil(count * 1.1 * (longer - 1.0)), math.ceil(count / 10), 1)
         if self.max_draws is not None:
             if count >= self.max_draws:
                 self.spent = True

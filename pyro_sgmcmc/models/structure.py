@@ -596,14 +596,12 @@ def _classify_sites(trace: Trace, plate_name: str) -> tuple[list[str], list[str]
         )
     if unobserved_in_plate:
         raise ModelContractError(
-            f"latent site {unobserved_in_plate[0]!r} is inside the data plate {plate_name!r}: "
-            "its prior would be scaled by N/B on every minibatch. SG-MCMC supports global latent "
-            "sites only: sample it before entering the plate (a PyroModule's PyroSample weights "
-            "are sampled first automatically); a latent with one value per group or row (eight "
-            "schools' theta) goes in a plate of its own before the data plate, `with "
-            "pyro.plate('groups', J): theta = pyro.sample(...)`, is sampled whole, and is "
-            "indexed by the data plate's rows: `with pyro.plate('data', N) as idx: ... "
-            "theta[group[idx]] ..., obs=y[idx])`."
+            f"latent site {unobserved_in_plate[0]!r} is inside the data plate {plate_name!r}: its "
+            "prior would be scaled by N/B on every minibatch. SG-MCMC supports global latent sites"
+            " only: sample it before the plate; one value per group or row (eight schools' theta)"
+            " goes in a plate of its own before the data plate, `with pyro.plate('groups', J): "
+            "theta = pyro.sample(...)`, indexed by the data plate's rows: `with pyro.plate("
+            "'data', N) as idx: ... theta[group[idx]] ..., obs=y[idx])`."
         )
     if not latent:
         raise ModelContractError("the model has no latent sample sites to sample")
