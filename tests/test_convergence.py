@@ -117,10 +117,11 @@ def test_chains_far_apart_are_told_a_longer_run_may_not_cure_them():
     # slow but together, or converged: no such advice; a network's outputs get their own
     assert stuck_advice(judge(1.05, 30.0, 500.0, 4)) == ""
     assert stuck_advice(judge(1.001, 900.0, 900.0, 4)) == ""
+    # a network's outputs: their own advice, from R-hat 1.5 (ten times the 0.05 of the bound)
     network = judge(2.0, 5.0, 5.0, 4, function_space=True)
-    assert stuck_advice(network) == "" and advice("sgld", network) == network_advice(
-        "sgld", network
-    )
+    assert "each chain usually explores its own region" in stuck_advice(network)
+    assert advice("sgld", network) == network_advice("sgld", network) + stuck_advice(network)
+    assert stuck_advice(judge(1.3, 5.0, 5.0, 4, function_space=True)) == ""
 
 
 def test_a_short_run_warns_and_a_long_one_converges(y):

@@ -221,19 +221,31 @@ APART = 10.0
 
 def stuck_advice(verdict: Verdict) -> str:
     r"""What to add to the warning of a run whose chains disagree far beyond the
-    :math:`\hat R` bound: a warm-up too short, or chains stuck, for which a longer run is not
-    the cure. Chains stuck each in its own
-    place -- a separate mode, or the neck of a centred hierarchical model's funnel, where a
-    group scale went to zero (a concentration to infinity) with every member at the group's
-    mean during the warm-up's descent -- stay there however long they run. ``""`` otherwise,
-    and for a network's outputs (whose modes the advice of :func:`network_advice` is about)."""
+    :math:`\hat R` bound (``""`` otherwise), where a longer run is often not the cure.
+
+    A model's parameters: the chains are still on their way (a warm-up too short) or each stuck
+    in its own place -- a separate mode, or the neck of a centred hierarchical model's funnel,
+    where a group scale went to zero (a concentration to infinity) with every member at the
+    group's mean during the warm-up's descent -- and stay there however long they run. A
+    network's outputs: each chain explores its own region of the posterior (a mode and its
+    surroundings) and moves through it slowly; on a 12,000-row regression (50 units) neither a
+    warm-up five times longer nor a minute of more draws brought the chains' predictions
+    together (:math:`\hat R` of :math:`f(x)` 2.9 and 2.5), while their pooled draws predicted
+    well (docs/adaptation.md, Limits)."""
     failures = [(verdict.statistic, verdict.value, verdict.bound), *verdict.others]
     apart = any(
         statistic == "R-hat" and value - 1.0 >= APART * (bound - 1.0)
         for statistic, value, bound in failures
     )
-    if verdict.converged or verdict.basis == "f(x)" or not apart:
+    if verdict.converged or not apart:
         return ""
+    if verdict.basis == "f(x)":
+        return (
+            "; chains this far apart predict differently: on a network each chain usually "
+            "explores its own region of the posterior (a mode and its surroundings) and moves "
+            "through it slowly, which neither more warm-up nor more draws cures quickly; the "
+            "chains' draws pooled average over those regions, as an ensemble does"
+        )
     return (
         "; chains this far apart are either still on their way (a warm-up too short) or each "
         "stuck in its own place (a separate mode, or the neck of a centred hierarchical "
