@@ -97,3 +97,7 @@ def test_datasets_and_the_worst_of_all_quantities():
     # one chain: no R-hat; a quantity constant within chains but not across: R-hat inf
     assert math.isnan(worst_of_all(flat[:1])[0])
     assert worst_of_all(_draws(2, 50)[..., 13:14])[0] == math.inf
+    # a quantity constant in every draw (a probability saturated at 1) has no R-hat: left out
+    saturated = np.concatenate([flat, np.ones((2, 120, 1))], axis=2)
+    assert worst_of_all(saturated) == worst_of_all(flat)
+    assert math.isnan(worst_of_all(np.ones((2, 120, 3)))[0])

@@ -55,27 +55,72 @@ _BLOM = 3.0 / 8.0
 
 
 def rank_rhat(draws: np.ndarray) -> np.ndarray:
-    r"""Rank-normalised split :math:`\hat R` of each quantity of ``(C, S, K)`` draws, ``C >= 2``:
-    the larger of the bulk's and the folded draws' (``nan`` where the draws are not finite)."""
+    r"""Rank-normalised split :math:`\hat R`: the larger of the bulk's and the folded draws'.
+
+    Parameters
+    ----------
+    draws : numpy.ndarray
+        ``C >= 2`` chains of ``S >= 4`` draws of ``K`` scalar quantities, ``(C, S, K)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(K,)``: ``nan`` for a quantity with a ``nan`` draw or constant in every draw, ``inf``
+        (or a huge number, by rounding) for one constant within chains but not across them.
+    """
     split = split_chains(_quantity_major(draws))
     return _rank_rhat(split, rank_normalised(split))
 
 
 def ess_bulk(draws: np.ndarray) -> np.ndarray:
-    """Bulk ESS of each quantity of ``(C, S, K)`` draws."""
+    """Bulk ESS: the ESS of the rank-normalised split draws.
+
+    Parameters
+    ----------
+    draws : numpy.ndarray
+        ``(C, S, K)``: ``C`` chains of ``S >= 4`` draws of ``K`` scalar quantities.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(K,)`` (``nan`` for a quantity with a ``nan`` draw; ``C S`` for a constant one).
+    """
     return _ess(rank_normalised(split_chains(_quantity_major(draws))))
 
 
 def ess_tail(draws: np.ndarray) -> np.ndarray:
-    """Tail ESS of each quantity of ``(C, S, K)`` draws: the smaller ESS of the indicators of
-    the quantiles :data:`TAIL_PROB`."""
+    """Tail ESS: the smaller ESS of the split indicators of the quantiles :data:`TAIL_PROB`.
+
+    Parameters
+    ----------
+    draws : numpy.ndarray
+        ``(C, S, K)``: ``C`` chains of ``S >= 4`` draws of ``K`` scalar quantities.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(K,)`` (``nan`` for a quantity with a ``nan`` draw).
+    """
     return _ess_tail(_quantity_major(draws))
 
 
 def worst_of_all(draws: np.ndarray) -> tuple[float, float, float]:
-    r"""The largest :math:`\hat R` (``nan`` with one chain; ``inf`` where it is not finite) and
-    the smallest bulk and tail ESS (over the finite ones; ``nan`` if none) of ``(C, S, K)``
-    draws, the ranks shared between :math:`\hat R` and the bulk ESS."""
+    r"""The worst statistics of ``(C, S, K)`` draws, the ranks shared between :math:`\hat R`
+    and the bulk ESS.
+
+    Parameters
+    ----------
+    draws : numpy.ndarray
+        ``C`` chains of ``S >= 4`` draws of ``K`` scalar quantities.
+
+    Returns
+    -------
+    tuple of float
+        The largest :math:`\hat R` -- ``inf`` for a quantity constant within chains but not
+        across them (chains that do not move); a quantity constant in every draw (a
+        classifier's probability saturated at 1) has none and is left out; ``nan`` with one
+        chain -- and the smallest bulk and tail ESS over the finite ones (``nan`` if none).
+    """
     chains = draws.shape[0]
     values = _quantity_major(draws)
     split = split_chains(values)
@@ -83,9 +128,8 @@ def worst_of_all(draws: np.ndarray) -> tuple[float, float, float]:
     max_rhat = math.nan
     if chains > 1:
         rhat = _rank_rhat(split, scores)
-        max_rhat = float(rhat.max()) if np.isfinite(rhat).all() else math.inf
-        if not np.isfinite(rhat).any():
-            max_rhat = math.inf
+        defined = rhat[~np.isnan(rhat)]
+        max_rhat = float(defined.max()) if defined.size else math.nan
     return max_rhat, _smallest(_ess(scores)), _smallest(_ess_tail(values))
 
 
@@ -230,8 +274,20 @@ def _initial_monotone(rho_hat: np.ndarray, last: np.ndarray) -> None:
 def map_quantities(
     dataset: xr.Dataset, statistic: Callable[[np.ndarray], np.ndarray]
 ) -> xr.Dataset:
-    """``statistic`` of every scalar quantity of every variable of ``dataset`` (``chain`` and
-    ``draw`` dimensions), as a dataset without them."""
+    """``statistic`` of every scalar quantity of every variable of a dataset.
+
+    Parameters
+    ----------
+    dataset : xarray.Dataset
+        Variables with ``chain`` and ``draw`` dimensions.
+    statistic : callable
+        ``(C, S, K)`` draws to ``(K,)`` values, e.g. :func:`rank_rhat`.
+
+    Returns
+    -------
+    xarray.Dataset
+        The same variables without ``chain`` and ``draw``.
+    """
     results = {}
     for name, variable in dataset.data_vars.items():
         variable = variable.transpose("chain", "draw", ...)
