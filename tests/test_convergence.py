@@ -119,7 +119,7 @@ def test_chains_far_apart_are_told_a_longer_run_may_not_cure_them():
     assert stuck_advice(judge(1.001, 900.0, 900.0, 4)) == ""
     # a network's outputs: their own advice, from R-hat 1.5 (ten times the 0.05 of the bound)
     network = judge(2.0, 5.0, 5.0, 4, function_space=True)
-    assert "each chain usually explores its own region" in stuck_advice(network)
+    assert "each chain of a network usually explores its own region" in stuck_advice(network)
     assert advice("sgld", network) == network_advice("sgld", network) + stuck_advice(network)
     assert stuck_advice(judge(1.3, 5.0, 5.0, 4, function_space=True)) == ""
 
@@ -482,9 +482,15 @@ def test_a_network_is_judged_on_its_outputs():
     y = torch.sin(3 * x.squeeze(-1)) + 0.1 * torch.randn(64, generator=generator)
     model = BayesianMLP(1, [8], 1)
     assert model.function_space and not BayesianMLP(1, [], 1).function_space
-    result = run_chains(SGHMC(model, batch_size=16, num_steps_per_sample=2, seed=0), x, y,
-                        num_chains=2, num_samples=20, warmup_steps=40, target_ess=None)  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run_chains(SGHMC(model, batch_size=16, num_steps_per_sample=2, seed=0), x, y,
+                            num_chains=2, num_samples=20, warmup_steps=40,
+                            target_ess=None)  # fmt: skip
     assert result.verdict.basis == "f(x)"
+    # the warning says where it judged: a report on an export with test inputs judges those
+    (verdict,) = [str(w.message) for w in caught if "not converged" in str(w.message)]
+    assert "(judged on the outputs at 64 training rows; an export with test=..." in verdict
     idata = to_inference_data(result, test=(x[:5],))
     assert idata.posterior.attrs["function_space"] == 1
     report = convergence_report(idata)

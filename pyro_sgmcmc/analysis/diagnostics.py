@@ -241,10 +241,11 @@ def stuck_advice(verdict: Verdict) -> str:
         return ""
     if verdict.basis == "f(x)":
         return (
-            "; chains this far apart predict differently: on a network each chain usually "
-            "explores its own region of the posterior (a mode and its surroundings) and moves "
-            "through it slowly, which neither more warm-up nor more draws cures quickly; the "
-            "chains' draws pooled average over those regions, as an ensemble does"
+            "; chains this far apart predict differently: unless the warm-up was too short for "
+            "them to arrive, each chain of a network usually explores its own region of the "
+            "posterior (a mode and its surroundings) and moves through it slowly, which more "
+            "draws cure only slowly; the chains' draws pooled average over those regions, as an "
+            "ensemble does"
         )
     return (
         "; chains this far apart are either still on their way (a warm-up too short) or each "

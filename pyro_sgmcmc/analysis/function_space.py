@@ -26,7 +26,7 @@ from ..models.structure import DataPlate, spread_rows
 from .diagnostics import Verdict, judge, worst_statistics
 from .export_trace import OUTPUT, _test_pass
 
-__all__ = ["OUTPUT_ROWS", "HeldOutOutputDraws", "OutputDraws", "run_verdict"]
+__all__ = ["OUTPUT_ROWS", "HeldOutOutputDraws", "OutputDraws", "run_verdict", "where_judged"]
 
 #: Training rows at which a network's outputs are judged.
 OUTPUT_ROWS = 64
@@ -87,6 +87,18 @@ class OutputDraws:
         if value.shape[0] != len(self.rows):
             return None
         return value.detach().double().cpu().numpy()
+
+
+def where_judged(outputs: OutputDraws | HeldOutOutputDraws | None, verdict: Verdict) -> str:
+    """What an end-of-run warning adds about where a network's outputs were judged: at
+    training rows the verdict can differ from :func:`~pyro_sgmcmc.convergence_report`'s on an
+    export with test inputs, which judges those (``""`` for parameters or test inputs)."""
+    if verdict.basis != "f(x)" or not isinstance(outputs, OutputDraws):
+        return ""
+    return (
+        f" (judged on the outputs at {len(outputs.rows)} training rows; an export with "
+        "test=... is judged on the test inputs by convergence_report)"
+    )
 
 
 class HeldOutOutputDraws:

@@ -48,7 +48,7 @@ from .._validation import (
 )
 from ..analysis.diagnostics import Verdict, advice
 from ..analysis.export_checks import checked_test_set
-from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, run_verdict
+from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, run_verdict, where_judged
 from ..engine.build import PreparedChains, prepare_chains
 from ..engine.distributed import (
     agreed_seed,
@@ -516,7 +516,7 @@ class _Rounds:
             text += f" (the budget of max_seconds={self.max_seconds:g} is spent)"
         elif not self.wanted:
             text += " (run_chains(..., target_ess=...) draws until it has)"
-        return text
+        return text + where_judged(self.outputs, verdict)
 
 
 def _distribute_chains(kernel, run: dict[str, Any], fingerprint: str):

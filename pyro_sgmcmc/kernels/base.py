@@ -23,7 +23,7 @@ from torch.distributions.transforms import Transform
 
 from .._validation import as_tensor_arguments, check_positive_int
 from ..analysis.diagnostics import advice
-from ..analysis.function_space import OutputDraws, run_verdict
+from ..analysis.function_space import OutputDraws, run_verdict, where_judged
 from ..dynamics.registry import get_algorithm
 from ..engine.build import PreparedChains, model_transforms, prepare_chains
 from ..engine.health import warn_all
@@ -420,7 +420,7 @@ class StochasticGradientKernel(MCMCKernel):
         warn_all([
             f"MCMC with {type(self).__name__}: {which} x {count} draws, {verdict} (or use "
             "pyro_sgmcmc.run_chains(kernel, ..., target_ess=400), which draws until it has)"
-            + advice(self.algorithm, verdict)
+            + where_judged(outputs, verdict) + advice(self.algorithm, verdict)
         ])  # fmt: skip
 
     def _chains_report(self) -> dict[str, Any]:
