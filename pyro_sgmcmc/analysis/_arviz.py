@@ -18,7 +18,7 @@ operation                  ArviZ 0.x                         ArviZ 1.x
 :func:`concat_chains`      ``az.concat(..., dim="chain")``   ``xarray.concat`` per group
 :func:`to_netcdf`          ``idata.to_netcdf``               ``tree.to_netcdf`` (h5netcdf, zlib)
 :func:`load_netcdf`        ``az.from_netcdf``                ``xarray.open_datatree``, loaded
-:func:`ess` (tail)         quantiles 5% and 95%              ``prob=(0.05, 0.95)`` passed
+:func:`rhat`, :func:`ess`  :mod:`.rank_diagnostics`          the same (ArviZ's numbers)
 :func:`loo`                ``elpd_loo``, ``p_loo``,          ``elpd``, ``p``, ``elpd_i``
                            ``loo_i``                         (one :class:`Loo` for both)
 :func:`compare`            ``elpd_loo``, ``p_loo``,          ``elpd``, ``p``, ``elpd_diff <= 0``
@@ -31,8 +31,8 @@ Notes
 -----
 The tail ESS of ArviZ 0.x is the smaller ESS of the 5% and 95% quantiles (Vehtari et al. 2021);
 ArviZ 1.x takes the quantiles from ``rcParams["stats.ci_prob"]`` (0.89 by default, i.e. 5.5% and
-94.5%). :func:`ess` passes the 0.x quantiles explicitly, so that a tail ESS, and the verdicts of
-:mod:`pyro_sgmcmc.analysis.diagnostics`, mean the same under both lines. :func:`summary` is ArviZ's
+94.5%). :func:`ess` computes bulk and tail ESS itself (0.x's quantiles): they, and the verdicts
+of :mod:`pyro_sgmcmc.analysis.diagnostics`, mean the same under both. :func:`summary` is ArviZ's
 own and keeps each line's columns and defaults (0.x: ``hdi_3%``/``hdi_97%``; 1.x: ``eti89_lb``/
 ``eti89_ub`` and a tail ESS at the 0.89 interval).
 

@@ -228,8 +228,9 @@ def stuck_advice(verdict: Verdict) -> str:
     where a group scale went to zero (a concentration to infinity) with every member at the
     group's mean during the warm-up's descent -- and stay there however long they run. A
     network's outputs: each chain explores its own region of the posterior (a mode and its
-    surroundings) and moves through it slowly; on a 12,000-row regression (50 units) neither a
-    warm-up five times longer nor a minute of more draws brought the chains' predictions
+    surroundings) and moves through it slowly; on a regression of 12,000 training rows (50
+    units) neither a warm-up five times longer nor a minute of more draws brought the chains'
+    predictions
     together (:math:`\hat R` of :math:`f(x)` 2.9 and 2.5), while their pooled draws predicted
     well (docs/adaptation.md, Limits)."""
     failures = [(verdict.statistic, verdict.value, verdict.bound), *verdict.others]
@@ -459,9 +460,8 @@ def _select(idata: Any, group: str, var_names: Sequence[str] | None):
 def worst_statistics(dataset) -> tuple[float, float, float]:
     r"""The largest rank-normalised split :math:`\hat R` (``nan`` with one chain; ``inf`` for a
     coordinate constant within chains but not across them; a coordinate constant in every draw
-    left out) and the smallest bulk and tail ESS
-    over every scalar of an xarray ``Dataset`` with ``chain`` and ``draw`` dimensions, computed
-    for all of them at once (:mod:`.rank_diagnostics`: thousands of a network's outputs in a
+    left out) and the smallest bulk and tail ESS over every scalar of an xarray ``Dataset`` with
+    ``chain`` and ``draw`` dimensions, computed for all of them at once (:mod:`.rank_diagnostics`: thousands of a network's outputs in a
     fraction of a second, where ArviZ takes seconds)."""
     if dataset.sizes["draw"] < MIN_DRAWS or not dataset.data_vars:
         return math.nan, math.nan, math.nan
