@@ -552,6 +552,13 @@ def test_mcmc_and_run_chains_exported_with_other_data_are_refused_naming_the_arg
                                       test=(x_test, y_test))  # fmt: skip
         np.testing.assert_array_equal(idata.observed_data["obs"].values, y.numpy())
         assert idata.predictions["obs"].shape[-1] == N_TEST
+        # the data where the model goes (to_inference_data(result, x, y)): named as such
+        with pytest.raises(
+            TypeError,
+            match=r"model \(the second argument\) must be the Pyro "
+            r"model, got a tensor of shape \(24, 3\): data go after it",
+        ):
+            to_inference_data(source, x, y)
 
 
 def _from_dict(data, scale=1.0):

@@ -127,6 +127,7 @@ from .export_sources import CHAINS_SOURCE_ATTRIBUTES as CHAINS_SOURCE_ATTRIBUTES
 from .export_sources import TensorDict as TensorDict
 from .export_trace import OUTPUT as OUTPUT
 from .export_xarray import _numpy_dict
+from .fitted_data import describe_value
 
 __all__ = [
     "HMCStatsCollector",
@@ -234,7 +235,8 @@ def to_inference_data(
         observed values outside their distribution's support (e.g. labels outside the classes), a
         test set whose columns differ from the training data's, or a model that fails on it.
     TypeError
-        For an unknown source or an ``hmc_stats`` that is not an :class:`HMCStatsCollector`.
+        For an unknown source, a ``model`` that is not callable (data given where the model
+        goes), or an ``hmc_stats`` that is not an :class:`HMCStatsCollector`.
 
     References
     ----------
@@ -245,6 +247,12 @@ def to_inference_data(
     cross-validation and WAIC", Statistics and Computing 27, 2017 (why ``log_likelihood`` is per
     observation).
     """
+    if model is not None and not callable(model):
+        raise TypeError(
+            f"model (the second argument) must be the Pyro model, got {describe_value(model)}: "
+            "data go after it, to_inference_data(result, model, x, y), or leave both out, "
+            "to_inference_data(result), to export the data the result was fitted on"
+        )
     groups = build_groups(
         source,
         model,

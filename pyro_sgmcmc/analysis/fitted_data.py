@@ -23,7 +23,7 @@ import torch
 from .._validation import as_tensor_arguments
 from .export_xarray import _argument_names
 
-__all__ = ["check_fitted_data"]
+__all__ = ["check_fitted_data", "describe_value"]
 
 ADVICE = (
     "observed_data and log_likelihood (and az.loo on them) must describe the data the posterior "
@@ -123,7 +123,8 @@ def _as_passed(
 def _problem(given: _Argument | None, fitted: _Argument | None, fit: str) -> str | None:
     """How one argument of the export differs from the result's (``None`` if it does not)."""
     if given is None:
-        return f"{fitted.label} is missing, but {fit} was fitted with {_describe(fitted.value)}"
+        kept = describe_value(fitted.value)
+        return f"{fitted.label} is missing, but {fit} was fitted with {kept}"
     if fitted is None:
         return f"{given.label} was not an argument of {fit}"
     if _same_value(given.value, fitted.value):
@@ -138,9 +139,9 @@ def _problem(given: _Argument | None, fitted: _Argument | None, fit: str) -> str
                 f"({int(unequal.sum())} of {unequal.numel()} entries differ, shape "
                 f"{tuple(unequal.shape)})"
             )
-    if _describe(value) == _describe(kept):
-        return f"{label} holds other values than {fit} was fitted on ({_describe(kept)})"
-    return f"{label} is {_describe(value)}, but {fit} was fitted on {_describe(kept)}"
+    if describe_value(value) == describe_value(kept):
+        return f"{label} holds other values than {fit} was fitted on ({describe_value(kept)})"
+    return f"{label} is {describe_value(value)}, but {fit} was fitted on {describe_value(kept)}"
 
 
 def _is_array(value: Any) -> bool:
@@ -186,7 +187,7 @@ def _aligned(given: Any, fitted: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return given_values.to(fitted_values.device, dtype), fitted_values.to(dtype)
 
 
-def _describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
     """A short description: shapes of arrays, sizes of containers, else a clipped ``repr``."""
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
