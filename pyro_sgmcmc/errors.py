@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyro
 import torch
 
 
@@ -137,3 +141,20 @@ class DistributedRunError(RuntimeError):
     answer within the process group's timeout, or the ranks were started (or compute) differently.
     The message names the rank, the operation and, where the driver knows it, the checkpoint to
     resume from."""
+
+
+#: Frames in these packages are not the user's.
+_LIBRARY_DIRS = tuple(
+    str(directory) + os.sep
+    for directory in (Path(__file__).parent, *(Path(m.__file__).parent for m in (pyro, torch)))
+)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that attributes a warning to the user's line: that of the first frame
+    outside this package, Pyro and PyTorch, as seen from the function that calls
+    :func:`warnings.warn` (the caller of this function, stack level 1)."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -114,6 +114,32 @@ def test_a_prior_computed_from_sliced_data_is_refused_naming_the_site():
     assert torch.isfinite(samples["mu"]).all()
 
 
+def obs_mask_model(y, mask):
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx], obs_mask=mask[idx])
+
+
+def poutine_mask_model(y, mask):
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", y.shape[0]) as idx, pyro.poutine.mask(mask=mask[idx]):
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+
+
+def test_obs_mask_is_refused_with_the_mask_that_works():
+    """obs_mask creates a latent per missing row ('obs_unobserved'), which the user never
+    wrote: the refusal names it and gives poutine.mask, which works."""
+    mask = torch.arange(Y.shape[0]) % 4 != 0
+    with pytest.raises(
+        ModelContractError,
+        match=r"latent site 'obs_unobserved' is the one Pyro creates for the rows that obs_mask "
+        r"marks missing in 'obs'.*poutine.mask\(mask=mask\[idx\]\)",
+    ):
+        run(sgld(obs_mask_model), Y, mask)
+    samples = run(sgld(poutine_mask_model), Y, mask).get_samples()
+    assert torch.isfinite(samples["mu"]).all()
+
+
 def test_data_on_the_meta_device_are_refused_by_name():
     with pytest.raises(ValueError, match=r"model argument args\[0\] is on the 'meta' device"):
         run(sgld(mean_model), Y.to("meta"))

@@ -109,6 +109,11 @@ def test_the_verdict_names_every_statistic_outside_its_bound_and_no_rounding_hid
     assert str(frozen) == (
         "not converged: R-hat inf > 1.01; the chains do not move, a longer run will not help"
     )
+    # all but constant (a frozen chain's rounding noise): the same, not "1e18 times longer"
+    all_but = judge(9.806857692081994e15, 800.0, 800.0, 2)
+    assert str(all_but) == (
+        "not converged: R-hat 9.81e+15 > 1.01; the chains do not move, a longer run will not help"
+    )
 
 
 def test_chains_far_apart_are_told_a_longer_run_may_not_cure_them():

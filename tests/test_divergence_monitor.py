@@ -46,3 +46,41 @@ def test_a_growing_oscillation_is_flagged_again():
     flagged = [_check(monitor, step, 2.0 * 6.0**step) is not None for step in range(2, 8)]
     # the move grows sixfold per step (36x in the ratio): each step stays a runaway
     assert all(flagged)
+
+
+def _checked(monitor: DivergenceMonitor, step: int, value: float, rise: float):
+    """A step to potential ``value`` whose rise on the same minibatch is ``rise``."""
+    zeros = torch.zeros(1, DIMENSION)
+    return monitor.check(
+        torch.tensor([value], dtype=torch.float64), zeros, zeros, step, True,
+        confirm=lambda: torch.tensor([rise]),
+    )  # fmt: skip
+
+
+def test_a_potential_that_grows_a_little_at_every_step_is_a_blow_up():
+    """A ReLU network's first window (load_digits, SGHMC's defaults): the potential grew by
+    about 10% a step, from 2,300 to 1e20, each step's rise on its minibatch far below twenty
+    typical deviations, which followed it; the chains then froze. Once the running level is
+    a hundred times above the lowest potential, the rise confirms itself."""
+    monitor = _monitor()
+    for step in range(1, 40):  # a healthy stretch: the lowest is about 2,300
+        assert _checked(monitor, step, 2300.0 + (step % 3), rise=1.0) is None
+    value, flagged = 2300.0, None
+    for step in range(40, 300):
+        value *= 1.1
+        flagged = _checked(monitor, step, value, rise=0.1 * value)
+        if flagged is not None:
+            break
+    assert flagged is not None and value < 1e7, value
+    assert monitor.last_reason == "a blow-up of the potential"
+
+
+def test_one_minibatch_of_badly_fitted_rows_is_not_a_blow_up():
+    """A single minibatch far above the level whose rise on the same rows is small (heavy-tailed
+    data) is accepted, and the level it lifts stays below the ceiling over the lowest."""
+    monitor = _monitor()
+    for step in range(1, 40):
+        assert _checked(monitor, step, 2300.0 + (step % 3), rise=1.0) is None
+    assert _checked(monitor, 40, 2.0e6, rise=5.0) is None
+    for step in range(41, 60):
+        assert _checked(monitor, step, 2300.0 + (step % 3), rise=1.0) is None

@@ -473,3 +473,110 @@ def test_fewer_than_four_draws_per_chain(data, num_samples):
         assert idata.sample_stats["diverging"].shape == (1, num_samples)
         if isinstance(kernel, SGHMC):
             assert idata.sample_stats["step_size"].shape == (1, num_samples)
+
+
+def _deterministic_in_plate(x, y=None):
+    b = pyro.sample("b", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", x.shape[0]):
+        mean = pyro.deterministic("mean", b * x)  # event_dim defaults to all of mean's dims
+        pyro.sample("obs", dist.Normal(mean, 1.0), obs=y)
+
+
+def _factors(x, y=None):
+    b = pyro.sample("b", dist.Normal(0.0, 10.0))
+    pyro.factor("penalty", -0.5 * b**2)  # a prior term
+    with pyro.plate("data", x.shape[0]) as idx:
+        pyro.factor("fit", dist.Normal(b * x[idx], 0.7).log_prob(y[idx]))  # the likelihood
+
+
+def _short_run(model, x, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # three draws: not converged
+        return run_chains(SGLD(model, step_size=1e-3, batch_size=2, seed=0), x, y, num_chains=1,
+                          num_samples=3, warmup_steps=2)  # fmt: skip
+
+
+def test_a_deterministic_site_inside_the_plate_is_exported_row_by_row():
+    """Drawn from its Delta, whose event_dim covers the plate, the site was broadcast to
+    (N, N) and the export raised an IndexError."""
+    x = torch.linspace(-1.0, 1.0, 6)
+    y = 2.0 * x
+    idata = to_inference_data(_short_run(_deterministic_in_plate, x, y), test=(x,))
+    b = idata.posterior["b"].values[0]
+    for group in ("posterior_predictive", "predictions"):
+        mean = getattr(idata, group)["mean"].values
+        assert mean.shape == (1, 3, 6)
+        np.testing.assert_allclose(mean[0], np.outer(b, x.numpy()), rtol=1e-6)
+    assert idata.posterior_predictive["obs"].shape == (1, 3, 6)
+    assert set(idata.log_likelihood.data_vars) == {"obs"}
+
+
+def test_factors_are_log_density_terms_not_observations():
+    """A factor outside the plate is a prior term (it broke the log_likelihood group's
+    dimensions); one inside it is each row's log-likelihood; neither has draws or observed
+    values."""
+    x = torch.linspace(-1.0, 1.0, 5)
+    y = 1.5 * x
+    idata = to_inference_data(_short_run(_factors, x, y))
+    assert set(idata.log_likelihood.data_vars) == {"fit"}
+    b = torch.as_tensor(idata.posterior["b"].values[0]).unsqueeze(-1)
+    expected = dist.Normal(b * x, 0.7).log_prob(y).numpy()
+    np.testing.assert_allclose(idata.log_likelihood["fit"].values[0], expected, rtol=1e-6)
+    assert not _arviz.has_group(idata, "posterior_predictive")
+    assert "fit" not in getattr(idata, "observed_data", {})
+
+
+class _SubsamplingNet(PyroModule):
+    """A network whose plate subsamples itself (idiom (c)), returning its outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = PyroModule[torch.nn.Linear](2, 4)
+        self.hidden.weight = PyroSample(dist.Normal(0.0, 1.0).expand([4, 2]).to_event(2))
+        self.hidden.bias = PyroSample(dist.Normal(0.0, 1.0).expand([4]).to_event(1))
+        self.out = PyroModule[torch.nn.Linear](4, 1)
+        self.out.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 4]).to_event(2))
+        self.out.bias = PyroSample(dist.Normal(0.0, 1.0).expand([1]).to_event(1))
+
+    def forward(self, x, y=None):
+        with pyro.plate("data", x.shape[0], subsample_size=8) as idx:
+            mean = self.out(torch.tanh(self.hidden(x[idx]))).squeeze(-1)
+            pyro.sample("obs", dist.Normal(mean, 0.1), obs=None if y is None else y[idx])
+        return mean
+
+
+def test_a_network_whose_plate_subsamples_itself_exports_its_outputs():
+    """The outputs f(x), which the verdict judges a network on, were left out for this idiom:
+    the verdict then fell back to the weights."""
+    x = torch.randn(20, 2, generator=torch.Generator().manual_seed(0))
+    net = _SubsamplingNet()
+    idata = to_inference_data(_short_run(net, x, x[:, 0]), test=(x[:10],))
+    assert idata.posterior.attrs["function_space"] == 1
+    draw = {name: values[0, 1] for name, values in idata.posterior.items()}
+    hidden = torch.tanh(x @ torch.as_tensor(draw["hidden.weight"].values).T + torch.as_tensor(
+        draw["hidden.bias"].values))  # fmt: skip
+    expected = (hidden @ torch.as_tensor(draw["out.weight"].values).T).squeeze(-1)
+    expected = expected + torch.as_tensor(draw["out.bias"].values)
+    output = idata.posterior_predictive["output"].values[0, 1]
+    np.testing.assert_allclose(output, expected.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(idata.predictions["output"].values[0, 1], output[:10], rtol=1e-6)
+
+
+def _masked(x, y, mask):
+    b = pyro.sample("b", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", x.shape[0]) as idx, pyro.poutine.mask(mask=mask[idx]):
+        pyro.sample("obs", dist.Normal(b * x[idx], 0.7), obs=y[idx])
+
+
+def test_masked_rows_are_named_where_they_would_skew_loo():
+    """Masked rows are exported with the rest (log-likelihood 0, placeholder values), which
+    az.loo would count as observations with infinite Pareto k: the export says so."""
+    x = torch.linspace(-1.0, 1.0, 8)
+    mask = torch.arange(8) % 4 != 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = run_chains(SGLD(_masked, step_size=1e-3, batch_size=4, seed=0), x, x, mask,
+                         num_chains=1, num_samples=3, warmup_steps=2)  # fmt: skip
+    with pytest.warns(UserWarning, match=r"observed site 'obs': 2 row\(s\) of .* are masked"):
+        idata = to_inference_data(run)
+    assert (idata.log_likelihood["obs"].values[..., ~mask.numpy()] == 0).all()

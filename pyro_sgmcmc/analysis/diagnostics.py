@@ -72,6 +72,9 @@ FUNCTION_RHAT_BOUND = 1.05
 ESS_PER_CHAIN = 100
 #: Fewer draws per chain than this cannot be judged (ArviZ's ESS needs four).
 MIN_DRAWS = 4
+#: An :math:`\hat R` this large says the draws within each chain spread about a millionth of
+#: the chains' distance: the chains hardly move, and no longer run will bring them together.
+FROZEN_RHAT = 1e3
 #: The groups where an export keeps a network's outputs ``output`` (test inputs first); their
 #: draws are judged in function space.
 OUTPUT_GROUPS = ("predictions", "posterior_predictive")
@@ -126,7 +129,7 @@ class Verdict:
         where = "" if self.basis == "parameters" else f" of {self.basis}"
         failures = [(self.statistic, self.value, self.bound), *self.others]
         named = ", ".join(_failure_text(*failure, where) for failure in failures)
-        if not math.isfinite(self.longer):  # an infinite R-hat: chains constant, apart
+        if not math.isfinite(self.longer):  # chains constant (or all but), apart
             return f"not converged: {named}; the chains do not move, a longer run will not help"
         return f"not converged: {named}; run about {math.ceil(self.longer)} times longer"
 
@@ -141,7 +144,10 @@ def _failure_text(statistic: str, value: float, bound: float, where: str) -> str
 
 def rhat_text(value: float, bound: float) -> str:
     r""":math:`\hat R` with three decimals, or with as many more (up to six) as it takes to show
-    a value above ``bound`` above it (1.0500233 against 1.05 reads ``1.05002``, not ``1.050``)."""
+    a value above ``bound`` above it (1.0500233 against 1.05 reads ``1.05002``, not ``1.050``);
+    from :data:`FROZEN_RHAT` on, three significant digits (``9.81e+15``)."""
+    if not value < FROZEN_RHAT:
+        return f"{value:.3g}"
     for decimals in range(3, 7):
         text = f"{value:.{decimals}f}"
         if not value > bound or float(text) > bound:
@@ -181,7 +187,7 @@ def judge(
         return Verdict(False, "draws", num_draws, MIN_DRAWS, MIN_DRAWS / max(num_draws, 1), basis)
     needs = []  # (how many times longer, statistic, value, bound)
     if not math.isnan(max_rhat):
-        excess = (max_rhat - 1.0) / (rhat_bound - 1.0)
+        excess = (max_rhat - 1.0) / (rhat_bound - 1.0) if max_rhat < FROZEN_RHAT else math.inf
         needs.append((excess, "R-hat", max_rhat, rhat_bound))
     for name, value in (("bulk ESS", min_ess_bulk), ("tail ESS", min_ess_tail)):
         factor = ess_bound / value if value > 0 else math.inf

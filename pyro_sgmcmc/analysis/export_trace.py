@@ -11,6 +11,7 @@ stores what a pass returns as the ``log_likelihood``, ``posterior_predictive``, 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 from pyro import poutine
+from pyro.poutine.uncondition_messenger import UnconditionMessenger
 from pyro.poutine.util import site_is_subsample
 
-from ..errors import ModelContractError
+from ..errors import ModelContractError, user_stacklevel
 from ..models.structure import MissingPlateError, plate_chunks, plate_frame, rows_log_prob
 from .export_checks import _check_finite, _check_support, _check_test_like_training, _DataError
 from .export_xarray import _numpy
@@ -33,7 +35,24 @@ OUTPUT = "output"
 
 
 def _plate_axis_of_value(site: Mapping[str, Any], frame: Any) -> int:
-    return site["value"].dim() - site["fn"].event_dim + frame.dim
+    """The axis of the plate's rows in a site's value; ``0`` for a ``pyro.deterministic`` site
+    whose every dimension is an event dimension (Pyro's default ``event_dim``), rows first."""
+    return max(0, site["value"].dim() - site["fn"].event_dim + frame.dim)
+
+
+class _Unconditioned(UnconditionMessenger):
+    """Pyro's ``uncondition``: observed sites draw from their distributions (the observations
+    kept in ``infer["obs"]``), except ``pyro.deterministic`` sites, which keep the value the
+    model computed. Drawn from their ``Delta``, a deterministic site inside a plate (whose
+    ``event_dim`` defaults to all its dimensions) would be broadcast against the plate: an
+    ``(N, N)`` value, and every site computed from it ``(N, N)`` too."""
+
+    def _pyro_sample(self, msg) -> None:
+        if msg["is_observed"] and msg["infer"] and msg["infer"].get("_deterministic", False):
+            msg["infer"]["was_observed"] = True
+            msg["infer"]["obs"] = msg["value"]
+            return
+        super()._pyro_sample(msg)
 
 
 def _discrete_as_integers(site: Mapping[str, Any], value: torch.Tensor) -> torch.Tensor:
@@ -67,6 +86,7 @@ class _Pass:
         self.log_joint: list[float] = []
         self.observed: dict[str, np.ndarray] = {}
         self.plate_axis: dict[str, int | None] = {}
+        self.masked_rows: dict[str, int] = {}  # observed site -> rows poutine.mask leaves out
 
 
 @dataclass(frozen=True)
@@ -92,6 +112,7 @@ class _DrawParts:
         self.log_likelihood: dict[str, list[torch.Tensor]] = {}
         self.predictive: dict[str, list[torch.Tensor]] = {}
         self.observed: dict[str, list[torch.Tensor]] = {}
+        self.masked_rows: dict[str, int] = {}
         self.log_joint = 0.0
 
     def add_fast_log_likelihood(self, value: torch.Tensor | Mapping[str, torch.Tensor]) -> None:
@@ -120,7 +141,24 @@ class _DrawParts:
                 continue
             if frame is None and chunk > 0:
                 continue
+            if site["infer"].get("is_auxiliary", False):
+                self._read_factor(name, site, frame, wants, keep)
+                continue
             self._read_observed(name, site, frame, wants, keep, plate_axis)
+
+    def _read_factor(self, name, site, frame, wants: _Wants, keep) -> None:
+        """``pyro.factor``: a term of the log density, not an observation. Inside the data plate
+        its rows are pointwise log-likelihood terms; outside it, a term of the prior, in the log
+        joint only. Neither has draws or observed values."""
+        if frame is None:
+            if wants.log_joint:
+                self.log_joint += float(site["fn"].log_prob(site["infer"]["obs"]).sum())
+            return
+        if wants.log_likelihood or wants.log_joint:
+            rows_lp = rows_log_prob(site, site["infer"]["obs"], frame)[: keep or None]
+            if wants.log_likelihood:
+                self.log_likelihood.setdefault(name, []).append(rows_lp)
+            self.log_joint += float(rows_lp.sum())
 
     def _read_output(self, trace, rows: int, plate_axis) -> None:
         """The model's return value as ``output`` -- a network's outputs :math:`f(x)`, one per
@@ -155,6 +193,9 @@ class _DrawParts:
             self.predictive.setdefault(name, []).append(_discrete_as_integers(site, drawn))
         if self.first_draw:
             self.observed.setdefault(name, []).append(_discrete_as_integers(site, obs))
+            if frame is not None:
+                masked = _masked_rows(site, frame)[: keep or None]
+                self.masked_rows[name] = self.masked_rows.get(name, 0) + int(masked.sum())
 
     def store(self, result: _Pass, want_log_joint: bool) -> None:
         for name, parts in self.log_likelihood.items():
@@ -170,6 +211,35 @@ class _DrawParts:
             result.observed[name] = _numpy(parts[0] if axis is None else torch.cat(parts, axis))
         if want_log_joint:
             result.log_joint.append(self.log_joint)
+        for name, count in self.masked_rows.items():
+            if count:
+                result.masked_rows[name] = count
+
+
+def _masked_rows(site: Mapping[str, Any], frame: Any) -> torch.Tensor:
+    """``(rows,)``: whether ``poutine.mask`` leaves each row of the plate out of the site's
+    likelihood altogether (every entry of the row masked)."""
+    batch_shape = site["fn"].batch_shape
+    mask = site.get("mask")
+    if not isinstance(mask, torch.Tensor) or len(batch_shape) < -frame.dim:
+        return torch.zeros(0, dtype=torch.bool)
+    rows = torch.broadcast_to(mask, batch_shape).movedim(len(batch_shape) + frame.dim, 0)
+    return ~rows.reshape(rows.shape[0], -1).any(-1)
+
+
+def _warn_about_masked_rows(masked_rows: Mapping[str, int], label: str) -> None:
+    """Say which observed sites have rows that ``poutine.mask`` leaves out: the export keeps
+    every row (the data's shape), with a log-likelihood of 0 and the placeholder values."""
+    for name, count in masked_rows.items():
+        warnings.warn(
+            f"observed site {name!r}: {count} row(s) of {label} are masked (poutine.mask) and "
+            "exported with the rest, with a log-likelihood of 0 and the values the model was "
+            "given as placeholders; leave them out before az.loo, az.waic or az.compare (e.g. "
+            f"idata.log_likelihood = idata.log_likelihood.isel(<plate>=observed_rows)) and "
+            "before comparing draws with observed_data",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
 
 
 def _data_plate_size(model, latents, args, kwargs, plate_name) -> int:
@@ -219,7 +289,7 @@ def _run_pass(
         predictive=want_predictive,
         log_joint=want_log_joint,
         label=label,
-        rows=plate.num_data if read_output and plate.subsample_size is None else None,
+        rows=plate.num_data if read_output else None,
     )
     for c in range(num_chains):
         chain_model = model if chain_models is None else chain_models[c]
@@ -236,6 +306,7 @@ def _run_pass(
                     keep = None if rows is None else len(rows)
                     parts.read(trace, latents, plate_name, wants, k, keep, result.plate_axis)
             parts.store(result, want_log_joint)
+    _warn_about_masked_rows(result.masked_rows, label)
     if fast and "__single__" in result.log_likelihood:
         _name_the_single_log_likelihood(result, model, first, args, kwargs, plate_name)
     if want_log_likelihood and not result.log_likelihood:
@@ -246,7 +317,7 @@ def _run_pass(
 def _trace_rows(model, plate, latents, args, kwargs, rows) -> Any:
     """One trace of ``model`` on the rows ``rows`` of the data plate (``None``: all), its latent
     sites conditioned on ``latents`` and its observed sites un-conditioned."""
-    bound, call_args, call_kwargs = plate.bind(poutine.uncondition(model), args, kwargs, rows)
+    bound, call_args, call_kwargs = plate.bind(_Unconditioned()(model), args, kwargs, rows)
     with torch.no_grad():
         return poutine.trace(poutine.condition(bound, data=dict(latents))).get_trace(
             *call_args, **call_kwargs
@@ -340,4 +411,5 @@ def _observed_values(model, samples, args, kwargs) -> dict[str, np.ndarray]:
         and not site_is_subsample(site)
         and name not in latents
         and not site["infer"].get("_deterministic", False)
+        and not site["infer"].get("is_auxiliary", False)  # pyro.factor
     }

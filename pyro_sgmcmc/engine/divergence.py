@@ -119,6 +119,13 @@ class BlowUpDetector:
             top = self.level[chain] + self._jump(self.spread[chain])
         return min(self.above_lowest[chain], top)
 
+    def drifted(self) -> list[bool]:
+        """Per chain, whether its running level itself -- an average over about
+        ``1/(1 - decay)`` minibatches, which one minibatch of badly fitted rows cannot lift this
+        far -- is above the ceiling over its lowest potential: an oscillation that grew a little
+        at every step, each step's rise too small to count as a jump, confirms itself."""
+        return [level > top for level, top in zip(self.level, self.above_lowest, strict=True)]
+
     def exceeds(self, rises: Any) -> list[bool]:
         """Per chain, whether its rise of the potential is beyond the blow-up threshold."""
         return [r > self._jump(sd) for r, sd in zip(_floats(rises), self.spread, strict=True)]
@@ -420,7 +427,8 @@ class DivergenceMonitor:
         blown = [b and not old for b, old in zip(self.blow_up.blown_up(values), bad, strict=True)]
         if any(blown) and confirm is not None:
             exceeds = self.blow_up.exceeds(confirm())
-            blown = [b and e for b, e in zip(blown, exceeds, strict=True)]
+            drifted = self.blow_up.drifted()
+            blown = [b and (e or d) for b, e, d in zip(blown, exceeds, drifted, strict=True)]
         if any(blown) and not any(bad):
             reason = "a blow-up of the potential"
         return [b or x for b, x in zip(bad, blown, strict=True)], reason

@@ -48,19 +48,15 @@ whole and warn (:class:`SamplerWarning`):
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
 
-from ..errors import SamplerWarning
+from ..errors import SamplerWarning, user_stacklevel
 from ..models.structure import DataPlate
 
 __all__ = [
@@ -91,23 +87,7 @@ def warn_all(messages: list[str]) -> None:
     """Emit each message as a :class:`SamplerWarning`, attributed to the user's line that
     started the run (the first frame outside this package, Pyro and PyTorch), not to ours."""
     for message in messages:
-        warnings.warn(message, SamplerWarning, stacklevel=_callers_level())
-
-
-#: Frames in these packages are not the user's.
-_LIBRARY_DIRS = tuple(
-    str(directory) + os.sep
-    for directory in (Path(__file__).parents[1], *(Path(m.__file__).parent for m in (pyro, torch)))
-)
-
-
-def _callers_level() -> int:
-    """The ``stacklevel`` of the first frame outside :data:`_LIBRARY_DIRS`, as seen from the
-    function that calls :func:`warnings.warn` (1 is that function)."""
-    frame, level = sys._getframe(2), 2  # the caller of warn_all
-    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
-        frame, level = frame.f_back, level + 1
-    return level
+        warnings.warn(message, SamplerWarning, stacklevel=user_stacklevel())
 
 
 def check_draws(

@@ -1,6 +1,7 @@
 """Checks of the model contract that name what is wrong: an observation that broadcasts its
 distribution, a plate asking for more rows than it has, a prior computed from data that are
-sliced to each minibatch. :mod:`.structure` runs them while it inspects a model."""
+sliced to each minibatch, a latent site inside the data plate. :mod:`.structure` runs them
+while it inspects a model."""
 
 from __future__ import annotations
 
@@ -103,3 +104,26 @@ def check_priors_ignore_slicing(
                     "(`with pyro.plate('data', N) as idx: ... obs=y[idx]`), which leaves the "
                     "arguments whole"
                 )
+
+
+def latent_in_data_plate(name: str, plate_name: str, trace: Trace) -> ModelContractError:
+    """The refusal of latent site ``name`` inside the data plate, with the rewrite that fits: a
+    plate of its own for per-group values, ``poutine.mask`` for the latent that ``obs_mask``
+    creates."""
+    base = name.removesuffix("_unobserved")
+    if base != name and f"{base}_observed" in trace.nodes:
+        return ModelContractError(
+            f"latent site {name!r} is the one Pyro creates for the rows that obs_mask marks "
+            f"missing in {base!r} (one value per masked row, imputed by sampling); SG-MCMC "
+            "samples global latent sites only. To leave the masked rows out of the likelihood "
+            "instead, mask them: `with poutine.mask(mask=mask[idx]): pyro.sample("
+            f"{base!r}, ..., obs=y[idx])` (any placeholder value in y's masked rows)."
+        )
+    return ModelContractError(
+        f"latent site {name!r} is inside the data plate {plate_name!r}: its prior would be "
+        "scaled by N/B on every minibatch. SG-MCMC supports global latent sites only: sample "
+        "it before the plate; one value per group or row (eight schools' theta) goes in a plate "
+        "of its own before the data plate, `with pyro.plate('groups', J): theta = "
+        "pyro.sample(...)`, indexed by the data plate's rows: `with pyro.plate('data', N) as "
+        "idx: ... theta[group[idx]] ..., obs=y[idx])`."
+    )

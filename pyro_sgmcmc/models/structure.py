@@ -39,6 +39,7 @@ from .contract_checks import (
     CheckSubsampleSize,
     check_observation_shape,
     check_priors_ignore_slicing,
+    latent_in_data_plate,
 )
 
 __all__ = [
@@ -595,14 +596,7 @@ def _classify_sites(trace: Trace, plate_name: str) -> tuple[list[str], list[str]
             "value: were the targets passed to run(...)? (e.g. mcmc.run(x, y), not mcmc.run(x))"
         )
     if unobserved_in_plate:
-        raise ModelContractError(
-            f"latent site {unobserved_in_plate[0]!r} is inside the data plate {plate_name!r}: its "
-            "prior would be scaled by N/B on every minibatch. SG-MCMC supports global latent sites"
-            " only: sample it before the plate; one value per group or row (eight schools' theta)"
-            " goes in a plate of its own before the data plate, `with pyro.plate('groups', J): "
-            "theta = pyro.sample(...)`, indexed by the data plate's rows: `with pyro.plate("
-            "'data', N) as idx: ... theta[group[idx]] ..., obs=y[idx])`."
-        )
+        raise latent_in_data_plate(unobserved_in_plate[0], plate_name, trace)
     if not latent:
         raise ModelContractError("the model has no latent sample sites to sample")
     if not observed:
