@@ -157,6 +157,25 @@ def chains_mlp(distributed: bool) -> dict[str, torch.Tensor]:
     return out
 
 
+def chains_rounds(distributed: bool) -> dict[str, torch.Tensor]:
+    """Chains across processes run until converged: rounds beyond ``num_samples`` (judged on
+    every rank's chains, sized alike on every rank)."""
+    model, data = mlp_data()
+    result = run_chains(
+        sghmc(model, False),
+        *data,
+        num_chains=3,
+        num_samples=NUM_SAMPLES,
+        warmup_steps=WARMUP,
+        distribute_chains=distributed,
+        target_ess=30,
+    )
+    out = _chains(result)
+    out["judged_at"] = torch.tensor(result.judged_at)
+    out["converged"] = torch.tensor(result.verdict.converged)
+    return out
+
+
 def _dies_at(index: int):
     """A callback that kills rank 1 (SIGKILL: no clean-up) after the kept draw ``index``."""
 
@@ -246,6 +265,7 @@ SCENARIOS = {
         data_control_variate,
         data_mcmc,
         chains_mlp,
+        chains_rounds,
         diverging_ranks,
         mismatched_ranks,
         crash_data,

@@ -42,7 +42,7 @@ from pyro_sgmcmc.engine.estimators import MinibatchGradient
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE_SCENARIOS = ["data_mlp", "data_trace", "data_control_variate", "data_mcmc", "chains_mlp",
-                    "diverging_ranks", "mismatched_ranks"]  # fmt: skip
+                    "chains_rounds", "diverging_ranks", "mismatched_ranks"]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -93,6 +93,17 @@ def test_chains_across_ranks_equal_one_process_bit_for_bit(two_ranks):
     reference = scenarios.chains_mlp(False)
     for output in rank_outputs(two_ranks, "chains_mlp"):
         assert set(output) == set(reference)
+        for key, expected in reference.items():
+            assert torch.equal(output[key], expected), key
+
+
+def test_chains_across_ranks_run_until_converged_as_one_process(two_ranks):
+    """Each rank used to judge and size its rounds alone: the ranks stopped at different draw
+    counts and gathering the draws raised (the CLI's `--distributed chains`, whose runs go on
+    until converged by default)."""
+    reference = scenarios.chains_rounds(False)
+    assert len(reference["judged_at"]) > 1  # the run went on in rounds
+    for output in rank_outputs(two_ranks, "chains_rounds"):
         for key, expected in reference.items():
             assert torch.equal(output[key], expected), key
 

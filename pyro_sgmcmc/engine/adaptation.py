@@ -18,9 +18,7 @@ matrix.
    Juditsky 1992; SWA, Izmailov et al. 2018): at a constant rate the descent ends anywhere in
    its noise ball, possibly with a row far out in the inputs badly fitted, whose pull the
    sampling steps that follow cannot absorb; the average lies near the ball's centre. Gibbs
-   updates start at a quarter of the warm-up. A model whose joint density has no mode (a
-   centred hierarchical model: :mod:`~pyro_sgmcmc.engine.hierarchy`) descends for at most
-   200 steps, the phases above at the same fractions of that shorter descent.
+   updates start at a quarter of the warm-up.
 2. **Measurement.** From 35% of the warm-up on, every ``probe_every`` steps two extra gradients
    are evaluated at the current position :math:`z`: one on an independent minibatch, which gives
    the minibatch gradient's variance, :math:`\hat V_i = \tfrac12 (g_S - g_{S'})_i^2`, and one on
@@ -202,18 +200,6 @@ def step_bounds(algorithm: str, options: Any) -> tuple[float, float]:
     return CURVATURE_BOUND[algorithm], STABILITY_BOUND[algorithm]
 
 
-def _early_phases(warmup_steps: int, descent_steps: int | None) -> tuple[int, int, int, int]:
-    """The steps at which Gibbs updates start, measurements start, the descent's average starts
-    and the descent ends: :data:`SCHEDULE`'s fractions of the warm-up, or, where the descent is
-    cut to ``descent_steps``, the same fractions of the descent."""
-    names = ("gibbs", "probe", "average", "descent")
-    end = int(SCHEDULE["descent"] * warmup_steps)
-    if descent_steps is None or descent_steps >= end:
-        return tuple(int(SCHEDULE[name] * warmup_steps) for name in names)  # type: ignore[return-value]
-    scale = descent_steps / SCHEDULE["descent"]
-    return tuple(int(SCHEDULE[name] * scale) for name in names)  # type: ignore[return-value]
-
-
 class AdaptiveControl(StepControl):
     """The warm-up of the module docstring, for ``C`` chains.
 
@@ -242,11 +228,6 @@ class AdaptiveControl(StepControl):
     full_batch_network:
         The model is a network (:func:`~pyro_sgmcmc.models.hidden_units.has_hidden_units`) and
         every gradient is on all rows.
-    descent_steps:
-        At most this many descent steps (``None``: half the warm-up), with the Gibbs updates,
-        the measurements and the average of the descent's positions starting at the same
-        fractions of the shorter descent: for a model whose joint density has no mode
-        (:mod:`~pyro_sgmcmc.engine.hierarchy`).
     """
 
     def __init__(
@@ -261,7 +242,6 @@ class AdaptiveControl(StepControl):
         dense: bool = False,
         adapt_friction: bool = False,
         full_batch_network: bool = False,
-        descent_steps: int | None = None,
     ) -> None:
         if warmup_steps < MINIMUM_WARMUP_STEPS:
             raise ValueError(
@@ -281,9 +261,10 @@ class AdaptiveControl(StepControl):
         )
         self.metric: DenseMetric | None = None
         self.friction: torch.Tensor | None = None
-        self.gibbs_start, self.probe_start, self.average_start, self.descent_end = _early_phases(
-            warmup_steps, descent_steps
-        )
+        self.gibbs_start = int(SCHEDULE["gibbs"] * warmup_steps)
+        self.probe_start = int(SCHEDULE["probe"] * warmup_steps)
+        self.descent_end = int(SCHEDULE["descent"] * warmup_steps)
+        self.average_start = int(SCHEDULE["average"] * warmup_steps)
         self.last_window = int(SCHEDULE["last"] * warmup_steps)
         self.window_ends = [self.descent_end]
         self.window_ends += [int(f * warmup_steps) for f in SCHEDULE["windows"]]

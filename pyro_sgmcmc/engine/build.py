@@ -56,7 +56,6 @@ from .estimators import (
 from .fit_check import check_fit
 from .gibbs_blocks import GibbsBlocks, supports_temperature
 from .health import check_classifier, check_draws, warn_all
-from .hierarchy import HIERARCHY_DESCENT_STEPS, find_scale_parents
 from .layout import FlatLayout
 from .minibatch import Minibatcher
 from .seeds import chain_generators, chain_seeds
@@ -255,7 +254,6 @@ def prepare_chains(
     )
     network = has_hidden_units(model, {name: value.shape[1:] for name, value in initial.items()})
     thinning, steps_per_draw, meter = _thinning(settings, warmup_draws, network)
-    descent_steps = _descent_steps(settings, structure, args, kwargs, gibbs_sites, network)
     engine = ChainEngine(
         algorithm=algorithm,
         options=options,
@@ -272,7 +270,6 @@ def prepare_chains(
             warmup_draws,
             flat,
             network,
-            descent_steps,
         ),
         gibbs=_gibbs_blocks(settings, updates, potential, generators, args, kwargs, batches),
         monitor=_divergence_monitor(settings, algorithm, len(seeds), layout, chains),
@@ -287,17 +284,6 @@ def prepare_chains(
     return PreparedChains(
         engine, structure, transforms, potential, initial, seeds, (args, dict(kwargs))
     )
-
-
-def _descent_steps(settings, structure, args, kwargs, gibbs_sites, network) -> int | None:
-    """The adaptive warm-up's longest descent: :data:`HIERARCHY_DESCENT_STEPS` for a model
-    (not a network) with a site whose spread another site sets, whose joint density has no mode
-    (:mod:`~pyro_sgmcmc.engine.hierarchy`); ``None`` (half the warm-up) otherwise."""
-    if not settings.adaptive or network:
-        return None
-    device = data_device(args, kwargs)
-    parents = find_scale_parents(structure, args, kwargs, gibbs_sites, device)
-    return HIERARCHY_DESCENT_STEPS if parents else None
 
 
 def _chain_randomness(
@@ -719,14 +705,12 @@ def make_control(
     warmup: int,
     like: torch.Tensor,
     network: bool = False,
-    descent_steps: int | None = None,
 ) -> StepControl:
     """The step-size control: the user's schedule, or (no step size given) the adaptive warm-up
     (:mod:`pyro_sgmcmc.engine.adaptation`) over ``warmup_steps`` gradient steps; for constant
     SGD with ``optimal_rate``, either of them during the ``warmup`` draws of warm-up and Mandt
     et al.'s rate after. ``network``: the model is a network (SGHMC's friction on full-batch
-    gradients); ``descent_steps``: the adaptive warm-up's longest descent (``None``: half of it;
-    :mod:`~pyro_sgmcmc.engine.hierarchy`)."""
+    gradients)."""
     num_data = batches.num_data
     if settings.adaptive:
         rule = "sgld" if algorithm.name == "constant_sgd" else algorithm.name
@@ -734,7 +718,7 @@ def make_control(
         control: StepControl = AdaptiveControl(
             rule, options, settings.temperature, num_data, warmup_steps, like,
             dense=dense, adapt_friction=getattr(options, "adapt_friction", False),
-            full_batch_network=network and batches.full_batch, descent_steps=descent_steps,
+            full_batch_network=network and batches.full_batch,
         )  # fmt: skip
     else:
         scale = 1.0 / num_data if settings.per_datum else 1.0

@@ -379,7 +379,8 @@ def run_chains(
         if saver.round_target is not None:  # resumed in the middle of a round: finish it
             _sample(chains, recorder, saver.round_target, callback, saver, (args, kwargs))
         rounds = _Rounds(chains, recorder, target_ess, max_seconds, sampling_start,
-                         num_samples, num_chains, outputs)  # fmt: skip
+                         num_samples, num_chains, outputs,
+                         shared=saver if distribute_chains else None)  # fmt: skip
         verdict = rounds.judge()
         while rounds.wanted and not verdict.converged:
             more = rounds.more_draws(verdict)
@@ -440,12 +441,20 @@ def _judged_outputs(
 
 
 class _Rounds:
-    """Judges a run after its draws and, for a run until converged, sizes its next round."""
+    """Judges a run after its draws and, for a run until converged, sizes its next round.
+
+    With the chains shared among the ranks of a process group (``shared``: the run's
+    :class:`_Saver`, which says where a failed run resumes from), every rank judges the draws
+    of all chains (gathered) and the ranks agree on each round's size, the smallest any rank's
+    time budget allows: every rank draws the same rounds and stops together, with the verdict
+    of the whole run.
+    """
 
     def __init__(
         self, chains, recorder, target_ess, max_seconds, started: float, num_samples: int,
-        num_chains: int, outputs: OutputDraws | HeldOutOutputDraws,
+        num_chains: int, outputs: OutputDraws | HeldOutOutputDraws, shared: Any = None,
     ) -> None:  # fmt: skip
+        self.shared = shared
         self.chains, self.recorder = chains, recorder
         # without a time budget, the rounds stop at ROUNDS_LIMIT times the draws a chain needs
         needed = max(num_samples, math.ceil((target_ess or 0) / num_chains))
@@ -469,13 +478,34 @@ class _Rounds:
         samples = self.chains.constrain(self.recorder.stacked())
         if not samples:  # keep_draws=False: nothing to judge
             return Verdict(True, None, math.nan, math.nan, 1.0)
+        if self.shared is not None:
+            mine = {name: value.cpu() for name, value in samples.items()}
+            parts = self._gather(mine, "gathering every rank's draws to judge them")
+            device = next(iter(samples.values())).device
+            samples = {
+                name: torch.cat([part[name] for part in parts]).to(device) for name in samples
+            }
         verdict = run_verdict(samples, self.chains.structure.model, self.outputs,
                               min_ess=self.target_ess)  # fmt: skip
         self.last_judge = (time.perf_counter() - began, max(self.recorder.count, 1))
         return verdict
 
     def more_draws(self, verdict: Verdict) -> int:
-        """As many draws as the verdict asks for (at least a tenth more), within the budget."""
+        """As many draws as the verdict asks for (at least a tenth more), within the budget
+        (every rank's, where the chains are shared among ranks)."""
+        more = self._more_draws(verdict)
+        if self.shared is not None:
+            more = min(self._gather(more, "agreeing on the next round's draws"))
+            self.spent = self.spent or more == 0
+        return more
+
+    def _gather(self, value: Any, what: str) -> list[Any]:
+        try:
+            return gather_objects(value, what)
+        except DistributedRunError as error:
+            raise self.shared.failed(error) from error
+
+    def _more_draws(self, verdict: Verdict) -> int:
         count = self.recorder.count
         # chains that do not move (an infinite R-hat): rounds of a finite size all the same
         longer = verdict.longer if math.isfinite(verdict.longer) else ROUNDS_LIMIT
