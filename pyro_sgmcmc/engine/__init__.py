@@ -19,6 +19,7 @@ module                     job
 :mod:`.fit_check`          after warm-up: a chain whose fit to the data collapsed
 :mod:`.fit_recovery`       during warm-up: send a chain whose fit collapsed back to a milestone
 :mod:`.blind_sites`        before sampling: latent sites the likelihood's gradient cannot see
+:mod:`.hierarchy`          before sampling: sites that set others' spread (a funnel to watch)
 :mod:`.thinning`           the thinning the warm-up chooses from the autocorrelation it measures
 :mod:`.report`             what the warm-up chose, as ``diagnostics()`` reports it
 :mod:`.gibbs_blocks`       exact conditional updates of some sites, chain by chain

@@ -18,7 +18,9 @@ matrix.
    Juditsky 1992; SWA, Izmailov et al. 2018): at a constant rate the descent ends anywhere in
    its noise ball, possibly with a row far out in the inputs badly fitted, whose pull the
    sampling steps that follow cannot absorb; the average lies near the ball's centre. Gibbs
-   updates start at a quarter of the warm-up.
+   updates start at a quarter of the warm-up. A centred hierarchical model has no mode to
+   descend to; where the descent runs into its funnel, the warm-up starts again with a descent
+   of 200 steps (:mod:`~pyro_sgmcmc.engine.hierarchy`).
 2. **Measurement.** From 35% of the warm-up on, every ``probe_every`` steps two extra gradients
    are evaluated at the current position :math:`z`: one on an independent minibatch, which gives
    the minibatch gradient's variance, :math:`\hat V_i = \tfrac12 (g_S - g_{S'})_i^2`, and one on
@@ -116,6 +118,7 @@ from .controls import StepControl
 from .dense import DenseAdaptation, choose_friction
 from .estimators import AutoControlVariate
 from .fit_recovery import FitRecovery
+from .hierarchy import FUNNEL_DRIFT, HIERARCHY_DESCENT_STEPS
 from .view import EngineView
 
 __all__ = ["MINIMUM_WARMUP_STEPS", "AdaptiveControl"]
@@ -200,6 +203,18 @@ def step_bounds(algorithm: str, options: Any) -> tuple[float, float]:
     return CURVATURE_BOUND[algorithm], STABILITY_BOUND[algorithm]
 
 
+def _early_phases(warmup_steps: int, descent_steps: int | None) -> tuple[int, int, int, int]:
+    """The steps at which Gibbs updates start, measurements start, the descent's average starts
+    and the descent ends: :data:`SCHEDULE`'s fractions of the warm-up, or, where the descent is
+    cut to ``descent_steps``, the same fractions of the descent."""
+    names = ("gibbs", "probe", "average", "descent")
+    end = int(SCHEDULE["descent"] * warmup_steps)
+    if descent_steps is None or descent_steps >= end:
+        return tuple(int(SCHEDULE[name] * warmup_steps) for name in names)  # type: ignore[return-value]
+    scale = descent_steps / SCHEDULE["descent"]
+    return tuple(int(SCHEDULE[name] * scale) for name in names)  # type: ignore[return-value]
+
+
 class AdaptiveControl(StepControl):
     """The warm-up of the module docstring, for ``C`` chains.
 
@@ -228,6 +243,10 @@ class AdaptiveControl(StepControl):
     full_batch_network:
         The model is a network (:func:`~pyro_sgmcmc.models.hidden_units.has_hidden_units`) and
         every gradient is on all rows.
+    watch:
+        The flat coordinates of the sites that set other sites' spread (a centred hierarchical
+        model's group scales, :mod:`~pyro_sgmcmc.engine.hierarchy`), or ``None``: the descent
+        is checked for the funnel (:meth:`ran_into_funnel`).
     """
 
     def __init__(
@@ -242,6 +261,7 @@ class AdaptiveControl(StepControl):
         dense: bool = False,
         adapt_friction: bool = False,
         full_batch_network: bool = False,
+        watch: torch.Tensor | None = None,
     ) -> None:
         if warmup_steps < MINIMUM_WARMUP_STEPS:
             raise ValueError(
@@ -261,14 +281,11 @@ class AdaptiveControl(StepControl):
         )
         self.metric: DenseMetric | None = None
         self.friction: torch.Tensor | None = None
-        self.gibbs_start = int(SCHEDULE["gibbs"] * warmup_steps)
-        self.probe_start = int(SCHEDULE["probe"] * warmup_steps)
-        self.descent_end = int(SCHEDULE["descent"] * warmup_steps)
-        self.average_start = int(SCHEDULE["average"] * warmup_steps)
-        self.last_window = int(SCHEDULE["last"] * warmup_steps)
-        self.window_ends = [self.descent_end]
-        self.window_ends += [int(f * warmup_steps) for f in SCHEDULE["windows"]]
-        self.window_ends.append(warmup_steps)
+        self.warmup_steps, self.watch = warmup_steps, watch
+        # the watched coordinates early in the descent; whether the descent was cut short
+        self.watch_start: torch.Tensor | None = None
+        self.cut = False
+        self._set_schedule(None)
         column = like.new_ones(like.shape[0], 1)
         self.rate = DESCENT_RATE * column
         self.step = self.curvature_bound * column
@@ -295,9 +312,7 @@ class AdaptiveControl(StepControl):
         # windows: the fit check at the end of warm-up compares the chains' fit with them
         self.milestones: list[tuple[str, torch.Tensor, dict[str, torch.Tensor]]] = []
         # averages of each chain's potential before each milestone: chains to send back
-        self.recovery = FitRecovery(
-            self.window_ends, like.shape[0], like.shape[1], num_data, temperature
-        )
+        self.recovery = self._fit_recovery()
         # (C, D) how fast each coordinate mixed over the last window (see mixing_slowdown)
         self.last_window_rate: torch.Tensor | None = None
         # control_variate="auto": positions of the first window (the centres), then the noise
@@ -309,6 +324,45 @@ class AdaptiveControl(StepControl):
         self.descent_count = 0
         self.pair_sum = torch.zeros(2, *like.shape, dtype=like.dtype, device=like.device)
         self.pair_count = torch.zeros_like(column)
+
+    def _set_schedule(self, descent_steps: int | None) -> None:
+        warmup_steps = self.warmup_steps
+        self.gibbs_start, self.probe_start, self.average_start, self.descent_end = _early_phases(
+            warmup_steps, descent_steps
+        )
+        self.last_window = int(SCHEDULE["last"] * warmup_steps)
+        self.window_ends = [self.descent_end]
+        self.window_ends += [int(f * warmup_steps) for f in SCHEDULE["windows"]]
+        self.window_ends.append(warmup_steps)
+
+    def _fit_recovery(self) -> FitRecovery:
+        chains, dimension = self.rate.shape[0], self.square.shape[1]
+        return FitRecovery(
+            self.window_ends, chains, dimension, self.num_data, self.temperature
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ the funnel
+    def ran_into_funnel(self, engine: EngineView) -> bool:
+        """Whether the descent, now at its end, moved a watched coordinate by more than
+        :data:`~pyro_sgmcmc.engine.hierarchy.FUNNEL_DRIFT` since step
+        :data:`~pyro_sgmcmc.engine.hierarchy.HIERARCHY_DESCENT_STEPS` in some chain: a group
+        scale shrinking (or a concentration growing) towards the neck of a centred hierarchical
+        model's funnel, where the joint density grows without bound. Asked at the end of every
+        warm-up draw; true at most once."""
+        if self.watch_start is None or self.cut or engine.t < self.descent_end:
+            return False
+        drift = (engine.position[:, self.watch] - self.watch_start).abs().amax()
+        self.watch_start = None  # asked once
+        return bool(drift > FUNNEL_DRIFT)
+
+    def cut_descent(self) -> None:
+        """After the engine went back to its start: descend for
+        :data:`~pyro_sgmcmc.engine.hierarchy.HIERARCHY_DESCENT_STEPS` steps only (the other
+        early phases at the same fractions of that descent)."""
+        self.cut, self.watch_start = True, None
+        self._set_schedule(HIERARCHY_DESCENT_STEPS)
+        self.window_start = self.descent_end
+        self.recovery = self._fit_recovery()
 
     # ------------------------------------------------------------------ what the engine reads
     @property
@@ -379,6 +433,8 @@ class AdaptiveControl(StepControl):
 
     def observe(self, engine: EngineView) -> None:
         t = engine.t  # steps made so far
+        if self.watch is not None and not self.cut and t == HIERARCHY_DESCENT_STEPS:
+            self.watch_start = engine.position[:, self.watch].clone()
         self.recovery.observe(t, engine.value)
         if t <= self.descent_end:
             self.square.lerp_(engine.grad.square(), 0.01)
@@ -871,7 +927,7 @@ class AdaptiveControl(StepControl):
               "gain_cap", "curvature", "curvature_sum", "noise_sum", "probes", "frozen",
               "window_diverged", "window_start_sums", "direction", "last_window_rate",
               "position_sum", "position_count", "pair_sum", "pair_count", "friction",
-              "milestones", "descent_sum", "descent_count")  # fmt: skip
+              "milestones", "descent_sum", "descent_count", "watch_start")  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         state = {
@@ -884,9 +940,12 @@ class AdaptiveControl(StepControl):
         state["offset"] = self.offset.state_dict()
         state["metric"] = None if self.metric is None else tuple(self.metric)
         state["dense"] = None if self.dense is None else self.dense.state_dict()
+        state["cut"] = self.cut
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("cut", False) and not self.cut:  # a checkpoint after a cut descent
+            self.cut_descent()
         for name in self._STATE:
             value = state.get(name)  # last_window_rate: absent from older checkpoints
             setattr(self, name, value.clone() if isinstance(value, torch.Tensor) else value)

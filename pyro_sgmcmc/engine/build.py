@@ -10,6 +10,7 @@ once for all chains; chain ``c`` gets the same seed, start, minibatches and nois
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -56,6 +57,7 @@ from .estimators import (
 from .fit_check import check_fit
 from .gibbs_blocks import GibbsBlocks, supports_temperature
 from .health import check_classifier, check_draws, warn_all
+from .hierarchy import find_scale_parents
 from .layout import FlatLayout
 from .minibatch import Minibatcher
 from .seeds import chain_generators, chain_seeds
@@ -254,6 +256,7 @@ def prepare_chains(
     )
     network = has_hidden_units(model, {name: value.shape[1:] for name, value in initial.items()})
     thinning, steps_per_draw, meter = _thinning(settings, warmup_draws, network)
+    watch = _funnel_watch(settings, structure, args, kwargs, gibbs_sites, network, layout)
     engine = ChainEngine(
         algorithm=algorithm,
         options=options,
@@ -270,6 +273,7 @@ def prepare_chains(
             warmup_draws,
             flat,
             network,
+            watch,
         ),
         gibbs=_gibbs_blocks(settings, updates, potential, generators, args, kwargs, batches),
         monitor=_divergence_monitor(settings, algorithm, len(seeds), layout, chains),
@@ -284,6 +288,28 @@ def prepare_chains(
     return PreparedChains(
         engine, structure, transforms, potential, initial, seeds, (args, dict(kwargs))
     )
+
+
+def _funnel_watch(settings, structure, args, kwargs, gibbs_sites, network, layout):
+    """The flat coordinates of the sites that set other sites' spread, which the adaptive
+    warm-up's descent watches for the funnel of a centred hierarchical model
+    (:mod:`~pyro_sgmcmc.engine.hierarchy`); ``None`` where there are none, for a network (whose
+    descent is kept whole) and without the adaptive warm-up."""
+    if not settings.adaptive or network:
+        return None
+    device = data_device(args, kwargs)
+    parents = find_scale_parents(structure, args, kwargs, gibbs_sites, device)
+    watched = {parent for found in parents.values() for parent in found}
+    if not watched:
+        return None
+    offsets = [0, *itertools.accumulate(layout.sizes)]
+    columns = [
+        index
+        for name, start, end in zip(layout.names, offsets, offsets[1:], strict=False)
+        if name in watched
+        for index in range(start, end)
+    ]
+    return torch.tensor(columns, dtype=torch.long, device=device) if columns else None
 
 
 def _chain_randomness(
@@ -705,12 +731,14 @@ def make_control(
     warmup: int,
     like: torch.Tensor,
     network: bool = False,
+    watch: torch.Tensor | None = None,
 ) -> StepControl:
     """The step-size control: the user's schedule, or (no step size given) the adaptive warm-up
     (:mod:`pyro_sgmcmc.engine.adaptation`) over ``warmup_steps`` gradient steps; for constant
     SGD with ``optimal_rate``, either of them during the ``warmup`` draws of warm-up and Mandt
     et al.'s rate after. ``network``: the model is a network (SGHMC's friction on full-batch
-    gradients)."""
+    gradients); ``watch``: the coordinates the adaptive warm-up's descent watches for a funnel
+    (:func:`_funnel_watch`)."""
     num_data = batches.num_data
     if settings.adaptive:
         rule = "sgld" if algorithm.name == "constant_sgd" else algorithm.name
@@ -718,7 +746,7 @@ def make_control(
         control: StepControl = AdaptiveControl(
             rule, options, settings.temperature, num_data, warmup_steps, like,
             dense=dense, adapt_friction=getattr(options, "adapt_friction", False),
-            full_batch_network=network and batches.full_batch,
+            full_batch_network=network and batches.full_batch, watch=watch,
         )  # fmt: skip
     else:
         scale = 1.0 / num_data if settings.per_datum else 1.0

@@ -25,6 +25,7 @@ taken from a diverged state.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -176,6 +177,9 @@ class ChainEngine:
         self.anchor: dict[str, Any] | None = None
         #: ``(chain, step)`` of every retreat to a kept draw during sampling.
         self.retreats: list[tuple[int, int]] = []
+        #: The state at the start, where the control may send the warm-up back to
+        #: (:meth:`_start_again_with_a_short_descent`); ``None`` where it will not.
+        self.beginning: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ position
     @property
@@ -233,6 +237,8 @@ class ChainEngine:
             if self.monitor.blow_up is not None and self.monitor.blow_up.count == 0:
                 self.monitor.blow_up.accept(self.value)  # the level a first step is judged by
             self.control.begin(self)
+            if getattr(self.control, "watch", None) is not None:
+                self.beginning = copy.deepcopy(self.state_dict())
             return
         chains = bad.nonzero().flatten().tolist()
         sites = self.layout.sites_where(~torch.isfinite(self.grad[bad]))
@@ -248,9 +254,26 @@ class ChainEngine:
         then each chain's thinning (more while the control is in an exploration phase)."""
         if self.draws_done == self.warmup_draws and self.cadence is None:
             self._end_warmup()
-        if self.in_warmup:
-            return self._warmup_draw()
-        return self._kept_draw()
+        if not self.in_warmup:
+            return self._kept_draw()
+        stats = self._warmup_draw()
+        if self.beginning is not None and self.control.ran_into_funnel(self):
+            stats = self._start_again_with_a_short_descent()
+        return stats
+
+    def _start_again_with_a_short_descent(self) -> DrawStats:
+        """Go back to the start and warm up again, with the control's descent cut short, to
+        the draw reached (:mod:`~pyro_sgmcmc.engine.hierarchy`: the descent ran into the neck
+        of a centred hierarchical model's funnel). The draws are done within this call, so a
+        driver that counts warm-up draws (``pyro.infer.MCMC``) sees one slower draw."""
+        reached, beginning = self.draws_done, self.beginning
+        self.load_state_dict(beginning)
+        self.beginning = beginning
+        self.control.cut_descent()
+        stats = self._warmup_draw()
+        while self.draws_done < reached:
+            stats = self._warmup_draw()
+        return stats
 
     def _end_warmup(self) -> None:
         """Freeze the control's adaptation and fix each chain's thinning."""
