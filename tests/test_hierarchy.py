@@ -119,7 +119,7 @@ def test_a_descent_into_the_funnel_starts_again_short(grouped, monkeypatch):
     posterior."""
     group, y = grouped
     assert float(_short_run(centred, group, y).samples["tau"].mean(1).min()) > 0.08
-    monkeypatch.setattr(adaptation, "FUNNEL_DRIFT", float("inf"))  # never start again
+    monkeypatch.setattr(adaptation, "FUNNEL_SHRINK", float("inf"))  # never start again
     assert float(_short_run(centred, group, y).samples["tau"].mean(1).max()) < 0.05
 
 
@@ -130,7 +130,7 @@ def test_a_hierarchical_model_whose_descent_stays_clear_runs_as_before(monkeypat
     means = 1.0 + torch.randn(GROUPS, generator=generator)
     y = means[group] + torch.randn(group.shape[0], generator=generator)
     watched = _short_run(centred, group, y).samples
-    monkeypatch.setattr(adaptation, "FUNNEL_DRIFT", float("inf"))
+    monkeypatch.setattr(adaptation, "FUNNEL_SHRINK", float("inf"))
     unwatched = _short_run(centred, group, y).samples
     assert all(torch.equal(watched[name], unwatched[name]) for name in watched)
 

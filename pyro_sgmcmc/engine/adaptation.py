@@ -118,7 +118,7 @@ from .controls import StepControl
 from .dense import DenseAdaptation, choose_friction
 from .estimators import AutoControlVariate
 from .fit_recovery import FitRecovery
-from .hierarchy import FUNNEL_DRIFT, HIERARCHY_DESCENT_STEPS
+from .hierarchy import FUNNEL_SHRINK, HIERARCHY_DESCENT_STEPS
 from .view import EngineView
 
 __all__ = ["MINIMUM_WARMUP_STEPS", "AdaptiveControl"]
@@ -244,9 +244,9 @@ class AdaptiveControl(StepControl):
         The model is a network (:func:`~pyro_sgmcmc.models.hidden_units.has_hidden_units`) and
         every gradient is on all rows.
     watch:
-        The flat coordinates of the sites that set other sites' spread (a centred hierarchical
-        model's group scales, :mod:`~pyro_sgmcmc.engine.hierarchy`), or ``None``: the descent
-        is checked for the funnel (:meth:`ran_into_funnel`).
+        The flat coordinates of each site whose spread another site sets (a centred
+        hierarchical model's group effects, :mod:`~pyro_sgmcmc.engine.hierarchy`), or ``None``:
+        the descent is checked for the funnel's neck (:meth:`ran_into_funnel`).
     """
 
     def __init__(
@@ -261,7 +261,7 @@ class AdaptiveControl(StepControl):
         dense: bool = False,
         adapt_friction: bool = False,
         full_batch_network: bool = False,
-        watch: torch.Tensor | None = None,
+        watch: list[torch.Tensor] | None = None,
     ) -> None:
         if warmup_steps < MINIMUM_WARMUP_STEPS:
             raise ValueError(
@@ -282,7 +282,7 @@ class AdaptiveControl(StepControl):
         self.metric: DenseMetric | None = None
         self.friction: torch.Tensor | None = None
         self.warmup_steps, self.watch = warmup_steps, watch
-        # the watched coordinates early in the descent; whether the descent was cut short
+        # the watched sites' spreads early in the descent; whether the descent was cut short
         self.watch_start: torch.Tensor | None = None
         self.cut = False
         self._set_schedule(None)
@@ -342,18 +342,24 @@ class AdaptiveControl(StepControl):
         )  # fmt: skip
 
     # ------------------------------------------------------------------ the funnel
+    def _spreads(self, engine: EngineView) -> torch.Tensor:
+        """``(C, K)``: the standard deviation of each watched site's coordinates (its group
+        effects' spread around their mean), per chain."""
+        position = engine.position
+        return torch.stack([position[:, columns].std(dim=1) for columns in self.watch], dim=1)
+
     def ran_into_funnel(self, engine: EngineView) -> bool:
-        """Whether the descent, now at its end, moved a watched coordinate by more than
-        :data:`~pyro_sgmcmc.engine.hierarchy.FUNNEL_DRIFT` since step
-        :data:`~pyro_sgmcmc.engine.hierarchy.HIERARCHY_DESCENT_STEPS` in some chain: a group
-        scale shrinking (or a concentration growing) towards the neck of a centred hierarchical
+        """Whether the descent, now at its end, shrank the spread of a watched site's
+        coordinates by more than :data:`~pyro_sgmcmc.engine.hierarchy.FUNNEL_SHRINK` times
+        since step :data:`~pyro_sgmcmc.engine.hierarchy.HIERARCHY_DESCENT_STEPS` in some chain:
+        every group effect drawn onto the group mean, in the neck of a centred hierarchical
         model's funnel, where the joint density grows without bound. Asked at the end of every
         warm-up draw; true at most once."""
         if self.watch_start is None or self.cut or engine.t < self.descent_end:
             return False
-        drift = (engine.position[:, self.watch] - self.watch_start).abs().amax()
+        shrunk = self._spreads(engine) * FUNNEL_SHRINK < self.watch_start
         self.watch_start = None  # asked once
-        return bool(drift > FUNNEL_DRIFT)
+        return bool(shrunk.any())
 
     def cut_descent(self) -> None:
         """After the engine went back to its start: descend for
@@ -434,7 +440,7 @@ class AdaptiveControl(StepControl):
     def observe(self, engine: EngineView) -> None:
         t = engine.t  # steps made so far
         if self.watch is not None and not self.cut and t == HIERARCHY_DESCENT_STEPS:
-            self.watch_start = engine.position[:, self.watch].clone()
+            self.watch_start = self._spreads(engine)
         self.recovery.observe(t, engine.value)
         if t <= self.descent_end:
             self.square.lerp_(engine.grad.square(), 0.01)

@@ -291,25 +291,23 @@ def prepare_chains(
 
 
 def _funnel_watch(settings, structure, args, kwargs, gibbs_sites, network, layout):
-    """The flat coordinates of the sites that set other sites' spread, which the adaptive
-    warm-up's descent watches for the funnel of a centred hierarchical model
-    (:mod:`~pyro_sgmcmc.engine.hierarchy`); ``None`` where there are none, for a network (whose
-    descent is kept whole) and without the adaptive warm-up."""
+    """The flat coordinates of each site whose spread another site sets (a centred hierarchical
+    model's group effects, :mod:`~pyro_sgmcmc.engine.hierarchy`), which the adaptive warm-up's
+    descent watches for the funnel's neck: sites of two coordinates or more; ``None`` where
+    there are none, for a network (whose descent is kept whole) and without the adaptive
+    warm-up."""
     if not settings.adaptive or network:
         return None
     device = data_device(args, kwargs)
-    parents = find_scale_parents(structure, args, kwargs, gibbs_sites, device)
-    watched = {parent for found in parents.values() for parent in found}
-    if not watched:
-        return None
-    offsets = [0, *itertools.accumulate(layout.sizes)]
-    columns = [
-        index
-        for name, start, end in zip(layout.names, offsets, offsets[1:], strict=False)
-        if name in watched
-        for index in range(start, end)
+    children = find_scale_parents(structure, args, kwargs, gibbs_sites, device)
+    offsets = dict(zip(layout.names, itertools.accumulate([0, *layout.sizes]), strict=False))
+    sizes = dict(zip(layout.names, layout.sizes, strict=True))
+    watch = [
+        torch.arange(offsets[name], offsets[name] + sizes[name], device=device)
+        for name in children
+        if sizes.get(name, 0) >= 2
     ]
-    return torch.tensor(columns, dtype=torch.long, device=device) if columns else None
+    return watch or None
 
 
 def _chain_randomness(
@@ -731,7 +729,7 @@ def make_control(
     warmup: int,
     like: torch.Tensor,
     network: bool = False,
-    watch: torch.Tensor | None = None,
+    watch: list[torch.Tensor] | None = None,
 ) -> StepControl:
     """The step-size control: the user's schedule, or (no step size given) the adaptive warm-up
     (:mod:`pyro_sgmcmc.engine.adaptation`) over ``warmup_steps`` gradient steps; for constant

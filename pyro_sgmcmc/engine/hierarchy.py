@@ -12,12 +12,16 @@ sampling steps adapted there are too small ever to leave it. Where the data do h
 groups of 250 rows), the descent ends at a mode of the group scale, and the windows that
 follow need that good start: a descent of 200 steps there cost SGLD's bulk ESS a factor of 90.
 
-So the warm-up watches the *parents* found here: if one of them moved by more than
-:data:`FUNNEL_DRIFT` on its unconstrained scale (a factor of 20 in a scale) between step
-:data:`HIERARCHY_DESCENT_STEPS` and the descent's end, the engine goes back to its start and
-warms up again with a descent of :data:`HIERARCHY_DESCENT_STEPS` steps, the windows at
-temperature 1 doing the rest (:meth:`~pyro_sgmcmc.engine.engine.ChainEngine.draw`). A model
-whose descent stays away from the neck runs as before, bit for bit.
+So the warm-up watches the *children* found here, the sites whose spread another sets: if the
+spread of a child's coordinates (the group effects around their mean, unconstrained) shrank
+more than :data:`FUNNEL_SHRINK` times between step :data:`HIERARCHY_DESCENT_STEPS` and the
+descent's end in some chain -- every effect drawn onto the mean, the neck -- the engine goes
+back to its start and warms up again with a descent of :data:`HIERARCHY_DESCENT_STEPS` steps,
+the windows at temperature 1 doing the rest
+(:meth:`~pyro_sgmcmc.engine.engine.ChainEngine.draw`). A model whose descent stays away from
+the neck runs as before, bit for bit. (Watching the parents instead -- a group scale that moved
+far -- also caught a conjugate regression started far from its noise scale, whose descent
+needed no second start.)
 
 The test, before sampling, at a draw from the prior: a latent site is a *child* of another
 latent site (its *parent*) where the child's entropy -- what its distribution's spread
@@ -42,15 +46,16 @@ from torch.distributions import biject_to
 
 from ..models.structure import ModelStructure
 
-__all__ = ["FUNNEL_DRIFT", "HIERARCHY_DESCENT_STEPS", "find_scale_parents"]
+__all__ = ["FUNNEL_SHRINK", "HIERARCHY_DESCENT_STEPS", "find_scale_parents"]
 
 #: The descent of a warm-up that starts again after running into a funnel: long enough for the
 #: other sites to leave a poor starting point (about 4 units per coordinate at the descent's
 #: rate), too short to fall into the neck; also the step from which the parents are watched.
 HIERARCHY_DESCENT_STEPS = 200
-#: How far (unconstrained) a parent may move after that step before the descent counts as
-#: running into the funnel: a scale shrinking twenty-fold.
-FUNNEL_DRIFT = 3.0
+#: How many times the spread of a child's coordinates (its group effects around their mean,
+#: unconstrained) may shrink after that step before the descent counts as running into the
+#: funnel's neck.
+FUNNEL_SHRINK = 20.0
 #: Rows of the data the test evaluates (the latent sites' distributions do not depend on them).
 ROWS = 2
 
