@@ -141,17 +141,23 @@ def data_mcmc(distributed: bool) -> dict[str, torch.Tensor]:
     return out
 
 
-def chains_mlp(distributed: bool) -> dict[str, torch.Tensor]:
-    """Chains across processes: 3 chains (2 on rank 0, 1 on rank 1)."""
+def _chains_across_ranks(distributed: bool, **options):
+    """3 chains (2 on rank 0, 1 on rank 1) of the MLP."""
     model, data = mlp_data()
-    result = run_chains(
+    return run_chains(
         sghmc(model, False),
         *data,
         num_chains=3,
         num_samples=NUM_SAMPLES,
         warmup_steps=WARMUP,
         distribute_chains=distributed,
+        **options,
     )
+
+
+def chains_mlp(distributed: bool) -> dict[str, torch.Tensor]:
+    """Chains across processes: 3 chains (2 on rank 0, 1 on rank 1)."""
+    result = _chains_across_ranks(distributed)
     out = _chains(result)
     out["seeds"] = torch.tensor(result.chain_seeds)
     return out
@@ -160,16 +166,7 @@ def chains_mlp(distributed: bool) -> dict[str, torch.Tensor]:
 def chains_rounds(distributed: bool) -> dict[str, torch.Tensor]:
     """Chains across processes run until converged: rounds beyond ``num_samples`` (judged on
     every rank's chains, sized alike on every rank)."""
-    model, data = mlp_data()
-    result = run_chains(
-        sghmc(model, False),
-        *data,
-        num_chains=3,
-        num_samples=NUM_SAMPLES,
-        warmup_steps=WARMUP,
-        distribute_chains=distributed,
-        target_ess=30,
-    )
+    result = _chains_across_ranks(distributed, target_ess=30)
     out = _chains(result)
     out["judged_at"] = torch.tensor(result.judged_at)
     out["converged"] = torch.tensor(result.verdict.converged)
