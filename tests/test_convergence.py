@@ -47,6 +47,7 @@ from pyro_sgmcmc.analysis.diagnostics import (
 )
 from pyro_sgmcmc.analysis.function_space import HeldOutOutputDraws, run_verdict
 from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
+from pyro_sgmcmc.engine import build
 from pyro_sgmcmc.engine.adaptation import AdaptiveControl
 from pyro_sgmcmc.engine.thinning import (
     MAX_THINNING,
@@ -118,7 +119,10 @@ def test_the_verdict_names_every_statistic_outside_its_bound_and_no_rounding_hid
 
 def test_chains_far_apart_are_told_a_longer_run_may_not_cure_them():
     assert "stuck in its own place" in advice("sghmc", judge(2.2, 5.0, 11.0, 4))
-    assert "non-centred" in stuck_advice(judge(1.2, 500.0, 500.0, 4))
+    apart = stuck_advice(judge(1.2, 500.0, 500.0, 4))
+    # both causes, each with its cure: a longer warm-up, or another parametrisation or NUTS
+    assert "give a warm-up several times longer" in apart
+    assert "write such a model in non-centred form" in apart
     # slow but together, or converged: no such advice; a network's outputs get their own
     assert stuck_advice(judge(1.05, 30.0, 500.0, 4)) == ""
     assert stuck_advice(judge(1.001, 900.0, 900.0, 4)) == ""
@@ -189,6 +193,43 @@ def test_the_thinning_scales_with_how_much_slower_the_frozen_settings_mix():
     assert thinning == [math.ceil(times[0] / 0.3), math.ceil(times[1] * 2.0)]
     sgld = AdaptiveControl("sgld", SGLDOptions(), 1.0, 100, 400, like)
     assert sgld.mixing_slowdown(None) is None  # before the last window: nothing to compare
+
+
+def test_a_measurement_shorter_than_twenty_autocorrelation_times_asks_for_a_longer_warmup():
+    """4,000 warm-up steps measure over their last 980 (after the ramp); a time of 100 steps
+    needs 2,000, i.e. a warm-up of 20 x 100 / 0.25 = 8,000 steps. A network is never told."""
+    meter = ThinningMeter(4000, function_space=False)
+    meter.autocorrelation_time = np.array([30.0, 100.0])
+    advice_text = meter.warmup_advice()
+    assert "autocorrelation time of 100 gradient steps over its last 980 steps" in advice_text
+    assert "at least 8,000 gradient steps" in advice_text and "4,000 now" in advice_text
+    meter.autocorrelation_time = np.array([30.0, 49.0])  # 20 x 49 = 980: long enough
+    assert meter.warmup_advice() == ""
+    network = ThinningMeter(4000, function_space=True)
+    network.autocorrelation_time = np.array([500.0])
+    assert network.warmup_advice() == ""
+    assert ThinningMeter(4000, function_space=False).warmup_advice() == ""  # nothing measured
+
+
+def test_an_unconverged_run_that_mixes_slower_than_its_warmup_measured_is_told_so(monkeypatch):
+    """A posterior correlated 0.999 and a diagonal preconditioner (the dense one switched off)
+    mix along the long axis far slower than the minimum warm-up can measure: the end-of-run
+    warning asks for a longer warm-up."""
+    monkeypatch.setattr(build, "DENSE_LIMIT", 0)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(200, generator=generator)
+    x = torch.stack([x, x + 0.03 * torch.randn(200, generator=generator)], 1)
+    y = x @ torch.tensor([1.0, -1.0]) + torch.randn(200, generator=generator)
+
+    def collinear(x, y=None):
+        w = pyro.sample("w", dist.Normal(0.0, 10.0).expand([2]).to_event(1))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(x @ w, 1.0), obs=y)
+
+    kernel = SGLD(collinear, batch_size=50, seed=0)
+    told = r"not converged: .*Give a warm-up of at least [\d,]+ gradient steps \(.*; 4,000 now\)"
+    with pytest.warns(SamplerWarning, match=told):
+        run_chains(kernel, x, y, num_chains=2, num_samples=30, warmup_steps=40)
 
 
 def test_stacked_chains_keep_the_draws_each_chain_keeps_alone(y):

@@ -8,6 +8,9 @@ r"""What the warm-up chose for each chain, as the kernels' ``diagnostics()`` and
 * ``coordinate_step``: per site, the smallest, median and largest step :math:`e_i = h P_i` of its
   coordinates, the step that multiplies the full-data gradient of each coordinate (the
   ``step_size`` statistic is :math:`h` alone).
+
+:func:`warmup_advice` adds to the warning of an unconverged run the warm-up its measurement of
+the autocorrelation time asks for.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 
 from .view import EngineView
 
-__all__ = ["coordinate_steps", "sampling_report"]
+__all__ = ["coordinate_steps", "sampling_report", "warmup_advice"]
 
 
 def coordinate_steps(engine: EngineView) -> torch.Tensor:
@@ -64,3 +67,11 @@ def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
         "autocorrelation_time": math.nan if times is None else float(times[chain]),
         "coordinate_step": per_site,
     }
+
+
+def warmup_advice(engine: EngineView) -> str:
+    """For the warning of an unconverged run: the longer warm-up its thinning measurement asks
+    for (:meth:`~pyro_sgmcmc.engine.thinning.ThinningMeter.warmup_advice`; ``""`` where the
+    thinning was given)."""
+    meter = engine.thinning_meter
+    return "" if meter is None else meter.warmup_advice()

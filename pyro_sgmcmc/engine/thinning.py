@@ -168,6 +168,29 @@ class ThinningMeter:
         length = self.end - self.start
         return [bool(length >= RELIABLE_LENGTH * t) for t in self.autocorrelation_time]
 
+    def warmup_advice(self) -> str:
+        """What to add to the warning of an unconverged run whose measurement spanned fewer
+        than :data:`RELIABLE_LENGTH` autocorrelation times of some chain (``""`` otherwise, and
+        for a network, whose chains explore their own regions however long the warm-up): the
+        warm-up that would span them. A measurement that short underestimates the time, and a
+        chain that mixes this slowly may not have arrived when the warm-up ended (on a
+        non-centred hierarchical model of 40 groups: 330 steps measured over 1,030, R-hat 1.19;
+        with 20,000 warm-up steps, converged)."""
+        if self.function_space or self.autocorrelation_time is None:
+            return ""
+        length = self.end - self.start
+        slowest = float(np.max(self.autocorrelation_time))
+        if length >= RELIABLE_LENGTH * slowest:
+            return ""
+        needed = math.ceil(RELIABLE_LENGTH * slowest / (1.0 - MEASURE_FROM))
+        return (
+            f"; the warm-up measured an autocorrelation time of {slowest:,.0f} gradient steps "
+            f"over its last {length:,} steps, fewer than the {RELIABLE_LENGTH} autocorrelation "
+            "times a measurement needs: the time is likely longer, and the chains may not have "
+            f"arrived when the warm-up ended. Give a warm-up of at least {needed:,} gradient "
+            f"steps (warm-up draws x num_steps_per_sample; {self.end:,} now)"
+        )
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "series": list(self.series),

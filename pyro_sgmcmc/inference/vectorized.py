@@ -61,7 +61,7 @@ from ..engine.distributed import (
 )
 from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
-from ..engine.report import sampling_report
+from ..engine.report import sampling_report, warmup_advice
 from ..engine.settings import settings_signature
 from ..errors import CheckpointError, DistributedRunError, SamplerDivergedError
 from ..kernels.base import StochasticGradientKernel
@@ -393,7 +393,8 @@ def run_chains(
         sampling_time = time.perf_counter() - sampling_start
         warn_all(chains.final_messages(recorder.stacked()))
         if not verdict.converged:
-            warn_all([rounds.message(verdict) + advice(kernel.algorithm, verdict)])
+            warn_all([rounds.message(verdict) + advice(kernel.algorithm, verdict)
+                      + warmup_advice(chains.engine)])  # fmt: skip
     result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs, verdict)
     result = dataclasses.replace(result, judged_at=tuple(rounds.judged_at))
     return _gathered(result, saver) if distribute_chains else result

@@ -28,7 +28,7 @@ from ..dynamics.registry import get_algorithm
 from ..engine.build import PreparedChains, model_transforms, prepare_chains
 from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
-from ..engine.report import coordinate_steps, sampling_report
+from ..engine.report import coordinate_steps, sampling_report, warmup_advice
 from ..engine.settings import SamplerSettings
 from ..errors import CheckpointError, SamplerDivergedError
 from ..inference.checkpoint_files import check_signature
@@ -421,6 +421,7 @@ class StochasticGradientKernel(MCMCKernel):
             f"MCMC with {type(self).__name__}: {which} x {count} draws, {verdict} (or use "
             "pyro_sgmcmc.run_chains(kernel, ..., target_ess=400), which draws until it has)"
             + where_judged(outputs, verdict) + advice(self.algorithm, verdict)
+            + ("" if self._chains is None else warmup_advice(self._chains.engine))
         ])  # fmt: skip
 
     def _chains_report(self) -> dict[str, Any]:
