@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import re
 import time
 import warnings
 
@@ -197,12 +198,18 @@ def test_the_thinning_scales_with_how_much_slower_the_frozen_settings_mix():
 
 def test_a_measurement_shorter_than_twenty_autocorrelation_times_asks_for_a_longer_warmup():
     """4,000 warm-up steps measure over their last 980 (after the ramp); a time of 100 steps
-    needs 2,000, i.e. a warm-up of 20 x 100 / 0.25 = 8,000 steps. A network is never told."""
+    needs 2,000, i.e. a warm-up of (20 x 100 + 20) / 0.25 = 8,080 steps, and that many
+    warm-up draws are as many steps. A network is never told."""
     meter = ThinningMeter(4000, function_space=False)
     meter.autocorrelation_time = np.array([30.0, 100.0])
     advice_text = meter.warmup_advice()
     assert "autocorrelation time of 100 gradient steps over its last 980 steps" in advice_text
-    assert "at least 8,000 gradient steps" in advice_text and "4,000 now" in advice_text
+    assert "Give warmup_steps=8080 or more" in advice_text
+    assert "the warm-up took 4,000 gradient steps" in advice_text
+    assert warmup_steps_per_draw(8080) == 1
+    longer = ThinningMeter(8080, function_space=False)
+    longer.autocorrelation_time = meter.autocorrelation_time
+    assert longer.end - longer.start >= 20 * 100 and longer.warmup_advice() == ""
     meter.autocorrelation_time = np.array([30.0, 49.0])  # 20 x 49 = 980: long enough
     assert meter.warmup_advice() == ""
     network = ThinningMeter(4000, function_space=True)
@@ -227,9 +234,15 @@ def test_an_unconverged_run_that_mixes_slower_than_its_warmup_measured_is_told_s
             pyro.sample("obs", dist.Normal(x @ w, 1.0), obs=y)
 
     kernel = SGLD(collinear, batch_size=50, seed=0)
-    told = r"not converged: .*Give a warm-up of at least [\d,]+ gradient steps \(.*; 4,000 now\)"
+    told = r"not converged: .*Give warmup_steps=\d+ or more .*the warm-up took 4,000 gradient"
     with pytest.warns(SamplerWarning, match=told):
         run_chains(kernel, x, y, num_chains=2, num_samples=30, warmup_steps=40)
+    with warnings.catch_warnings(record=True) as caught:  # the same chains, one at a time
+        warnings.simplefilter("always")
+        MCMC(SGLD(collinear, batch_size=50, seed=0), num_samples=30, warmup_steps=40,
+             num_chains=2, disable_progbar=True).run(x, y)  # fmt: skip
+    verdicts = [str(w.message) for w in caught if "MCMC with SGLD" in str(w.message)]
+    assert len(verdicts) == 1 and re.search(told, verdicts[0]), verdicts
 
 
 def test_stacked_chains_keep_the_draws_each_chain_keeps_alone(y):

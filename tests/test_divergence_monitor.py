@@ -75,6 +75,21 @@ def test_a_potential_that_grows_a_little_at_every_step_is_a_blow_up():
     assert monitor.last_reason == "a blow-up of the potential"
 
 
+def test_a_drifted_chain_is_refused_while_it_climbs_and_may_come_back_down():
+    """Once the level stands far above the lowest potential, a step that climbs further is a
+    blow-up, but one that descends (the chain put back, then stepping down) is accepted: the
+    refusal would otherwise hold every step from the drifted state."""
+    monitor = _monitor()
+    for step in range(1, 40):
+        assert _checked(monitor, step, 2300.0 + (step % 3), rise=1.0) is None
+    value, step = 2300.0, 40
+    while _checked(monitor, step, value * 1.1, rise=0.1 * value) is None:
+        value, step = value * 1.1, step + 1
+    assert _checked(monitor, step + 1, value * 1.05, rise=0.05 * value) is not None  # climbs
+    # from the last good state a step down, still far above the ceiling, is accepted
+    assert _checked(monitor, step + 2, value * 0.95, rise=-0.05 * value) is None
+
+
 def test_one_minibatch_of_badly_fitted_rows_is_not_a_blow_up():
     """A single minibatch far above the level whose rise on the same rows is small (heavy-tailed
     data) is accepted, and the level it lifts stays below the ceiling over the lowest."""

@@ -111,11 +111,8 @@ def from_datasets(groups: Mapping[str, xr.Dataset]) -> Any:
     Parameters
     ----------
     groups : mapping of str to xarray.Dataset
-        Group name (``posterior``, ``sample_stats``, ..., or a custom one such as
-        ``svi_loss``) to its dataset; dimensions, coordinates and attributes are not changed. A
-        dataset without variables is left out, as ArviZ 0.x's ``InferenceData`` leaves it out
-        (a model whose only likelihood terms are ``pyro.factor`` has no predictive or observed
-        values).
+        Group name (``posterior``, ..., or a custom one such as ``svi_loss``) to its dataset,
+        kept as it is; one without variables is left out, as ArviZ 0.x's ``InferenceData`` does.
 
     Returns
     -------
@@ -123,9 +120,7 @@ def from_datasets(groups: Mapping[str, xr.Dataset]) -> Any:
         An ``InferenceData`` under ArviZ 0.x, a ``DataTree`` with one child per group under 1.x.
     """
     if ARVIZ_1:
-        return xr.DataTree.from_dict(
-            {f"/{name}": dataset for name, dataset in groups.items() if dataset.data_vars}
-        )
+        return xr.DataTree.from_dict({f"/{n}": d for n, d in groups.items() if d.data_vars})
     with warnings.catch_warnings():
         # 0.x warns about groups outside its schema (svi_loss), which are kept all the same
         warnings.filterwarnings("ignore", message=".*svi_loss.*")

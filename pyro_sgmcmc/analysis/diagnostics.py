@@ -72,8 +72,9 @@ FUNCTION_RHAT_BOUND = 1.05
 ESS_PER_CHAIN = 100
 #: Fewer draws per chain than this cannot be judged (ArviZ's ESS needs four).
 MIN_DRAWS = 4
-#: An :math:`\hat R` this large says the draws within each chain spread about a millionth of
-#: the chains' distance: the chains hardly move, and no longer run will bring them together.
+#: An :math:`\hat R` this large says the draws within each chain spread about a thousandth of
+#: the chains' distance (their variance a millionth of the chains' spread): the chains hardly
+#: move, and no longer run will bring them together.
 FROZEN_RHAT = 1e3
 #: The groups where an export keeps a network's outputs ``output`` (test inputs first); their
 #: draws are judged in function space.
@@ -264,8 +265,9 @@ def stuck_advice(verdict: Verdict) -> str:
         "Still on their way: the warm-up ended before they arrived, often along a direction in "
         "which many coordinates move together (a non-centred hierarchical model's warm-up "
         "starts at its joint mode, where the group scale is several times its posterior "
-        "value): give a warm-up several times longer (warm-up draws x num_steps_per_sample "
-        "gradient steps). Stuck: a separate mode, or the neck of a centred hierarchical "
+        "value): give a warm-up several times longer in gradient steps (with the thinning "
+        "left to the kernel, warmup_steps draws of at least 4,000 take one step each). "
+        "Stuck: a separate mode, or the neck of a centred hierarchical "
         "model's funnel (a group scale near zero with every member at the group mean), which "
         "a longer run does not cure: write such a model in non-centred form, or sample it with "
         "NUTS. Compare the chains' draws of each site (arviz.plot_trace)"

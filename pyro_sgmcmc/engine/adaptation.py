@@ -286,6 +286,8 @@ class AdaptiveControl(StepControl):
         self.watch_start: torch.Tensor | None = None
         self.cut = False
         self._set_schedule(None)
+        if self.descent_end <= HIERARCHY_DESCENT_STEPS:  # no longer descent to cut short
+            self.watch = None
         column = like.new_ones(like.shape[0], 1)
         self.rate = DESCENT_RATE * column
         self.step = self.curvature_bound * column

@@ -24,6 +24,7 @@ from pyro import poutine
 from torch.distributions import biject_to
 
 from ..models.structure import ModelStructure
+from .seeds import seeded
 
 __all__ = ["ROWS", "SHIFT", "blind_site_messages", "find_blind_sites"]
 
@@ -55,8 +56,7 @@ def find_blind_sites(
     candidates = [name for name in structure.latent_sites if name not in set(skip)]
     blind = set(candidates)
     for draw in range(DRAWS):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(draw)
+        with seeded(draw, device):
             blind &= set(_blind_at_a_prior_draw(model, args, kwargs, structure, candidates))
         if not blind:
             return []

@@ -60,7 +60,7 @@ from .health import check_classifier, check_draws, warn_all
 from .hierarchy import find_scale_parents
 from .layout import FlatLayout
 from .minibatch import Minibatcher
-from .seeds import chain_generators, chain_seeds
+from .seeds import chain_generators, chain_seeds, seeded
 from .settings import SamplerSettings, settings_signature
 from .thinning import ThinningMeter, warmup_steps_per_draw
 
@@ -145,9 +145,7 @@ class PreparedChains:
         values = self.constrain(
             {name: torch.full_like(value[0], 0.1) for name, value in self.initial.items()}
         )
-        forked = [device] if device.type == "cuda" else []
-        with torch.no_grad(), torch.random.fork_rng(devices=forked):
-            torch.manual_seed(0)
+        with torch.no_grad(), seeded(0, device):
             trace = poutine.trace(poutine.condition(model, data=values)).get_trace(*args, **kwargs)
             density = float(trace.log_prob_sum())
         return density if math.isfinite(density) else None
@@ -227,8 +225,7 @@ def prepare_chains(
     args, kwargs = as_tensor_arguments(tuple(args), dict(kwargs))
     check_finite_data(args, kwargs)
     seeds, generators = _chain_randomness(settings, options, args, kwargs, chains)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seeds[0])
+    with seeded(seeds[0], data_device(args, kwargs)):
         structure = _inspect(model, args, kwargs, settings)
     model = structure.model
     updates = resolve_gibbs_updates(settings.gibbs_updates, model, args, kwargs, structure)
@@ -559,9 +556,9 @@ def initial_values(
     model, args, kwargs = structure.plate.bind_for_setup(model, args, kwargs)
     starts: list[TensorDict] = []
     transforms = site_transforms(structure, settings)
+    device = data_device(args, kwargs)
     for seed in seeds:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded(seed, device):
             initial, _, _, _ = initialize_model(
                 model,
                 model_args=args,
@@ -607,8 +604,7 @@ def model_transforms(
     ``args, kwargs`` (under a forked generator: the caller's random state is untouched) --
     what a driver that only maps draws back to the constrained space needs, without a chain."""
     args, kwargs = as_tensor_arguments(tuple(args), dict(kwargs))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0 if settings.seed is None else settings.seed)
+    with seeded(0 if settings.seed is None else settings.seed, data_device(args, kwargs)):
         structure = _inspect(model, args, kwargs, settings)
     return structure, site_transforms(structure, settings)
 

@@ -121,9 +121,10 @@ class BlowUpDetector:
 
     def drifted(self) -> list[bool]:
         """Per chain, whether its running level itself -- an average over about
-        ``1/(1 - decay)`` minibatches, which one minibatch of badly fitted rows cannot lift this
-        far -- is above the ceiling over its lowest potential: an oscillation that grew a little
-        at every step, each step's rise too small to count as a jump, confirms itself."""
+        ``1/(1 - decay)`` minibatches after the first ``burn_in`` -- is above the ceiling over its
+        lowest potential: an oscillation that grew a little at every step, each step's rise too
+        small to count as a jump, confirms itself. A step of such a chain is refused only while
+        it climbs (:meth:`DivergenceMonitor.check`), so the chain can come back down."""
         return [level > top for level, top in zip(self.level, self.above_lowest, strict=True)]
 
     def exceeds(self, rises: Any) -> list[bool]:
@@ -426,8 +427,12 @@ class DivergenceMonitor:
             return bad, reason
         blown = [b and not old for b, old in zip(self.blow_up.blown_up(values), bad, strict=True)]
         if any(blown) and confirm is not None:
-            exceeds = self.blow_up.exceeds(confirm())
-            drifted = self.blow_up.drifted()
+            rises = confirm()
+            exceeds = self.blow_up.exceeds(rises)
+            # a drifted chain's step is a blow-up only while it climbs on, so that a step back
+            # down (a descent's, or a sample's) is never refused: the chain can recover
+            climbing = [r > 0.0 for r in _floats(rises)]
+            drifted = [d and c for d, c in zip(self.blow_up.drifted(), climbing, strict=True)]
             blown = [b and (e or d) for b, e, d in zip(blown, exceeds, drifted, strict=True)]
         if any(blown) and not any(bad):
             reason = "a blow-up of the potential"

@@ -237,7 +237,10 @@ class ChainEngine:
             if self.monitor.blow_up is not None and self.monitor.blow_up.count == 0:
                 self.monitor.blow_up.accept(self.value)  # the level a first step is judged by
             self.control.begin(self)
-            if getattr(self.control, "watch", None) is not None:
+            # the first start only: a kernel's restart later in the run (new params) is not
+            # where a warm-up that starts again goes back to
+            first = self.t == 0 and self.draws_done == 0
+            if first and getattr(self.control, "watch", None) is not None:
                 self.beginning = copy.deepcopy(self.state_dict())
             return
         chains = bad.nonzero().flatten().tolist()

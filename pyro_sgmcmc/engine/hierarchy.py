@@ -45,12 +45,14 @@ from pyro import poutine
 from torch.distributions import biject_to
 
 from ..models.structure import ModelStructure
+from .seeds import seeded
 
 __all__ = ["FUNNEL_SHRINK", "HIERARCHY_DESCENT_STEPS", "find_scale_parents"]
 
 #: The descent of a warm-up that starts again after running into a funnel: long enough for the
 #: other sites to leave a poor starting point (about 4 units per coordinate at the descent's
-#: rate), too short to fall into the neck; also the step from which the parents are watched.
+#: rate), too short to fall into the neck; also the step from which the children's spread is
+#: watched.
 HIERARCHY_DESCENT_STEPS = 200
 #: How many times the spread of a child's coordinates (its group effects around their mean,
 #: unconstrained) may shrink after that step before the descent counts as running into the
@@ -77,8 +79,7 @@ def find_scale_parents(
     candidates = [name for name in structure.latent_sites if name not in skipped]
     if len(candidates) < 2:
         return {}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+    with seeded(0, device):
         trace = poutine.trace(model).get_trace(*args, **kwargs)
     free, run = _rerun_with_free_values(model, args, kwargs, trace, structure, candidates)
     parents = {}

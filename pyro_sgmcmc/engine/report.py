@@ -16,10 +16,12 @@ the autocorrelation time asks for.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from .thinning import ThinningMeter
 from .view import EngineView
 
 __all__ = ["coordinate_steps", "sampling_report", "warmup_advice"]
@@ -69,9 +71,13 @@ def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
     }
 
 
-def warmup_advice(engine: EngineView) -> str:
-    """For the warning of an unconverged run: the longer warm-up its thinning measurement asks
-    for (:meth:`~pyro_sgmcmc.engine.thinning.ThinningMeter.warmup_advice`; ``""`` where the
-    thinning was given)."""
-    meter = engine.thinning_meter
-    return "" if meter is None else meter.warmup_advice()
+def warmup_advice(meters: Sequence[ThinningMeter | None]) -> str:
+    """For the warning of an unconverged run: the longer warm-up asked for by the measurement of
+    the slowest chain among the thinning meters of its chains
+    (:meth:`~pyro_sgmcmc.engine.thinning.ThinningMeter.warmup_advice`; ``""`` where the
+    thinning was given or nothing was measured)."""
+    measured = [m for m in meters if m is not None and m.autocorrelation_time is not None]
+    if not measured:
+        return ""
+    slowest = max(measured, key=lambda meter: float(meter.autocorrelation_time.max()))
+    return slowest.warmup_advice()

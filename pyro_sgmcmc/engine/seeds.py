@@ -6,16 +6,20 @@ a ``pyro.infer.MCMC`` kernel, among others in :func:`~pyro_sgmcmc.run_chains`, o
 process of a distributed run; distinct chains get statistically independent streams (NumPy's
 ``SeedSequence`` hashes the key). Without a seed, a base seed is drawn from torch's global
 generator, so ``pyro.set_rng_seed`` makes the run reproducible.
+
+The set-up's own runs of the model (inspection, start values) draw under :func:`seeded`, which
+leaves the caller's generators as they were.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 
-__all__ = ["MAX_SEED", "chain_generators", "chain_seeds", "fresh_seed"]
+__all__ = ["MAX_SEED", "chain_generators", "chain_seeds", "fresh_seed", "seeded"]
 
 #: Seeds lie in ``[0, MAX_SEED)`` (what ``torch.Generator.manual_seed`` accepts comfortably).
 MAX_SEED = 2**62
@@ -42,3 +46,18 @@ def chain_seeds(seed: int | None, chains: Sequence[int]) -> list[int]:
 def chain_generators(seeds: Sequence[int], device: torch.device | str = "cpu") -> list:
     """One ``torch.Generator`` per seed, on ``device``."""
     return [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+
+@contextmanager
+def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
+    """Inside the block torch's CPU generator, and that of ``device`` where it is a CUDA
+    device, are seeded with ``seed``; after it both are as they were. No other generator is
+    touched: ``torch.manual_seed`` would also reseed every CUDA device (lazily, at CUDA's
+    first use, where CUDA has not started yet) and leave them so."""
+    cuda = device is not None and device.type == "cuda"
+    with torch.random.fork_rng(devices=[device] if cuda else []):
+        torch.default_generator.manual_seed(int(seed))
+        if cuda:
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(int(seed))
+        yield

@@ -172,23 +172,26 @@ class ThinningMeter:
         """What to add to the warning of an unconverged run whose measurement spanned fewer
         than :data:`RELIABLE_LENGTH` autocorrelation times of some chain (``""`` otherwise, and
         for a network, whose chains explore their own regions however long the warm-up): the
-        warm-up that would span them. A measurement that short underestimates the time, and a
-        chain that mixes this slowly may not have arrived when the warm-up ended (on a
-        non-centred hierarchical model of 40 groups: 330 steps measured over 1,030, R-hat 1.19;
-        with 20,000 warm-up steps, converged)."""
+        ``warmup_steps`` whose last quarter (after the ramp) would span them; from
+        :data:`MIN_WARMUP_STEPS` warm-up draws on, :func:`warmup_steps_per_draw` is one. A
+        measurement that short underestimates the time, and a chain that mixes this slowly may
+        not have arrived when the warm-up ended (on a non-centred hierarchical model of 40
+        groups: 330 steps measured over 1,030, R-hat 1.19; with 20,000 warm-up steps,
+        converged)."""
         if self.function_space or self.autocorrelation_time is None:
             return ""
         length = self.end - self.start
         slowest = float(np.max(self.autocorrelation_time))
         if length >= RELIABLE_LENGTH * slowest:
             return ""
-        needed = math.ceil(RELIABLE_LENGTH * slowest / (1.0 - MEASURE_FROM))
+        needed = math.ceil((RELIABLE_LENGTH * slowest + RAMP_STEPS) / (1.0 - MEASURE_FROM))
         return (
             f"; the warm-up measured an autocorrelation time of {slowest:,.0f} gradient steps "
             f"over its last {length:,} steps, fewer than the {RELIABLE_LENGTH} autocorrelation "
             "times a measurement needs: the time is likely longer, and the chains may not have "
-            f"arrived when the warm-up ended. Give a warm-up of at least {needed:,} gradient "
-            f"steps (warm-up draws x num_steps_per_sample; {self.end:,} now)"
+            f"arrived when the warm-up ended. Give warmup_steps={needed} or more (warm-up draws: "
+            f"from {MIN_WARMUP_STEPS:,} on, each is one gradient step while the kernel chooses "
+            f"the thinning; the warm-up took {self.end:,} gradient steps)"
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -394,7 +394,7 @@ def run_chains(
         warn_all(chains.final_messages(recorder.stacked()))
         if not verdict.converged:
             warn_all([rounds.message(verdict) + advice(kernel.algorithm, verdict)
-                      + warmup_advice(chains.engine)])  # fmt: skip
+                      + warmup_advice([chains.engine.thinning_meter])])  # fmt: skip
     result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs, verdict)
     result = dataclasses.replace(result, judged_at=tuple(rounds.judged_at))
     return _gathered(result, saver) if distribute_chains else result
@@ -446,9 +446,9 @@ class _Rounds:
 
     With the chains shared among the ranks of a process group (``shared``: the run's
     :class:`_Saver`, which says where a failed run resumes from), every rank judges the draws
-    of all chains (gathered) and the ranks agree on each round's size, the smallest any rank's
-    time budget allows: every rank draws the same rounds and stops together, with the verdict
-    of the whole run.
+    of all chains (gathered), the ranks take rank 0's verdict and agree on each round's size,
+    the smallest any rank's time budget allows: every rank draws the same rounds and stops
+    together, with the verdict of the whole run.
     """
 
     def __init__(
@@ -488,6 +488,9 @@ class _Rounds:
             }
         verdict = run_verdict(samples, self.chains.structure.model, self.outputs,
                               min_ess=self.target_ess)  # fmt: skip
+        if self.shared is not None:  # one verdict for all: a network's outputs evaluated on
+            # different devices may differ in the last bits, and the ranks must stop together
+            verdict = self._gather(verdict, "agreeing on the verdict")[0]
         self.last_judge = (time.perf_counter() - began, max(self.recorder.count, 1))
         return verdict
 

@@ -30,6 +30,7 @@ from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
 from ..engine.report import coordinate_steps, sampling_report, warmup_advice
 from ..engine.settings import SamplerSettings
+from ..engine.thinning import ThinningMeter
 from ..errors import CheckpointError, SamplerDivergedError
 from ..inference.checkpoint_files import check_signature
 from ..inference.schedules import StepSchedule
@@ -100,6 +101,8 @@ class StochasticGradientKernel(MCMCKernel):
         self._num_setups = 0
         self._user_initial_params: TensorDict | None = None
         self._finished_chains: list[TensorDict] = []
+        # the thinning meters of those chains (None where the thinning was given)
+        self._finished_meters: list[ThinningMeter | None] = []
         self._run_position: tuple[int, int] | None = None
         self._in_parallel_worker = False
         #: Set by a driver that judges its whole run itself (:class:`~pyro_sgmcmc.ResumableMCMC`,
@@ -176,7 +179,7 @@ class StochasticGradientKernel(MCMCKernel):
         self._run_position = sequential_run_position()
         self._in_parallel_worker = worker_chain is not None
         if self._run_position is None or self._run_position[0] == 0:
-            self._finished_chains = []
+            self._finished_chains, self._finished_meters = [], []
         self._chains = prepare_chains(
             self.settings, self.rule, self.options, self.model, args, kwargs,
             chains=[chain], warmup_draws=warmup_steps,
@@ -381,9 +384,11 @@ class StochasticGradientKernel(MCMCKernel):
         if self._in_parallel_worker:
             return
         draws = self.constrain_draws(self._recorder.stacked())
+        meters = [self._chains.engine.thinning_meter]
         position = self._run_position
         if position is not None:
             self._finished_chains.append(draws)
+            self._finished_meters.append(meters[0])
             if position[0] != position[1] - 1:
                 return
             counts = {next(iter(d.values())).shape[1] for d in self._finished_chains}
@@ -393,15 +398,18 @@ class StochasticGradientKernel(MCMCKernel):
                 name: torch.cat([d[name] for d in self._finished_chains])
                 for name in self._finished_chains[0]
             }
-            self._finished_chains = []
-        self.judge_draws(draws, several=position is not None)
+            meters = self._finished_meters
+            self._finished_chains, self._finished_meters = [], []
+        self._warn_verdict(draws, self._chains.structure, self._chains.data,
+                           position is not None, meters)  # fmt: skip
 
     def judge_draws(self, draws: Mapping[str, torch.Tensor], several: bool = True) -> None:
         """Warn with the run's verdict unless it has converged: ``draws`` are the constrained
         ``(C, S, ...)`` draws of every chain of the run (``several=False``: this chain's alone),
         judged as :func:`~pyro_sgmcmc.convergence_report` judges their export (a network on its
         outputs at up to 64 training rows). Needs the current chain's set-up (data, model)."""
-        self._warn_verdict(draws, self._chains.structure, self._chains.data, several)
+        self._warn_verdict(draws, self._chains.structure, self._chains.data, several,
+                           [self._chains.engine.thinning_meter])  # fmt: skip
 
     def _warn_verdict(
         self,
@@ -409,8 +417,10 @@ class StochasticGradientKernel(MCMCKernel):
         structure: Any,
         data: tuple[tuple, dict[str, Any]],
         several: bool,
+        meters: Sequence[ThinningMeter | None] = (),
     ) -> None:
-        """:meth:`judge_draws` given the model's structure and full data."""
+        """:meth:`judge_draws` given the model's structure and full data (and the chains'
+        thinning meters, for :func:`~pyro_sgmcmc.engine.report.warmup_advice`)."""
         outputs = OutputDraws(structure.model, *data, structure.plate)
         verdict = run_verdict(draws, structure.model, outputs)
         if verdict.converged:
@@ -421,7 +431,7 @@ class StochasticGradientKernel(MCMCKernel):
             f"MCMC with {type(self).__name__}: {which} x {count} draws, {verdict} (or use "
             "pyro_sgmcmc.run_chains(kernel, ..., target_ess=400), which draws until it has)"
             + where_judged(outputs, verdict) + advice(self.algorithm, verdict)
-            + ("" if self._chains is None else warmup_advice(self._chains.engine))
+            + warmup_advice(meters)
         ])  # fmt: skip
 
     def _chains_report(self) -> dict[str, Any]:
