@@ -19,6 +19,8 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 
+from ..engine.seeds import seeded
+
 __all__ = ["GibbsUpdate", "with_generator"]
 
 T = TypeVar("T")
@@ -62,7 +64,5 @@ def with_generator(generator: torch.Generator, draw: Callable[[], T]) -> T:
     their draws reproducible from the chain's generator without touching the user's global state.
     """
     seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device).item())
-    devices = [generator.device] if generator.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
+    with seeded(seed, generator.device):
         return draw()
