@@ -427,11 +427,11 @@ class DivergenceMonitor:
             return bad, reason
         blown = [b and not old for b, old in zip(self.blow_up.blown_up(values), bad, strict=True)]
         if any(blown) and confirm is not None:
-            rises = confirm()
+            rises = _floats(confirm())  # one transfer to the host
             exceeds = self.blow_up.exceeds(rises)
             # a drifted chain's step is a blow-up only while it climbs on, so that a step back
             # down (a descent's, or a sample's) is never refused: the chain can recover
-            climbing = [r > 0.0 for r in _floats(rises)]
+            climbing = [r > 0.0 for r in rises]
             drifted = [d and c for d, c in zip(self.blow_up.drifted(), climbing, strict=True)]
             blown = [b and (e or d) for b, e, d in zip(blown, exceeds, drifted, strict=True)]
         if any(blown) and not any(bad):

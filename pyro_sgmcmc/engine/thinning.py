@@ -178,12 +178,10 @@ class ThinningMeter:
         not have arrived when the warm-up ended (on a non-centred hierarchical model of 40
         groups: 330 steps measured over 1,030, R-hat 1.19; with 20,000 warm-up steps,
         converged)."""
-        if self.function_space or self.autocorrelation_time is None:
+        if self.function_space or all(self.reliable()):
             return ""
         length = self.end - self.start
         slowest = float(np.max(self.autocorrelation_time))
-        if length >= RELIABLE_LENGTH * slowest:
-            return ""
         needed = math.ceil((RELIABLE_LENGTH * slowest + RAMP_STEPS) / (1.0 - MEASURE_FROM))
         return (
             f"; the warm-up measured an autocorrelation time of {slowest:,.0f} gradient steps "
