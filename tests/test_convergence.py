@@ -11,6 +11,7 @@ import math
 import multiprocessing
 import re
 import time
+import types
 import warnings
 
 import numpy as np
@@ -49,8 +50,10 @@ from pyro_sgmcmc.analysis.diagnostics import (
 from pyro_sgmcmc.analysis.function_space import HeldOutOutputDraws, run_verdict
 from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
 from pyro_sgmcmc.engine import build
+from pyro_sgmcmc.engine import engine as engine_module
 from pyro_sgmcmc.engine.adaptation import AdaptiveControl
 from pyro_sgmcmc.engine.thinning import (
+    LONGEST_WARMUP,
     MAX_THINNING,
     MIN_WARMUP_STEPS,
     ThinningMeter,
@@ -121,6 +124,7 @@ def test_the_verdict_names_every_statistic_outside_its_bound_and_no_rounding_hid
 def test_chains_far_apart_are_told_a_longer_run_may_not_cure_them():
     assert "stuck in its own place" in advice("sghmc", judge(2.2, 5.0, 11.0, 4))
     apart = stuck_advice(judge(1.2, 500.0, 500.0, 4))
+    assert f"the warm-up goes on at most {LONGEST_WARMUP} times its planned length" in apart
     # both causes, each with its cure: a longer warm-up, or another parametrisation or NUTS
     assert "give a warm-up several times longer" in apart
     assert "write such a model in non-centred form" in apart
@@ -218,21 +222,28 @@ def test_a_measurement_shorter_than_twenty_autocorrelation_times_asks_for_a_long
     assert ThinningMeter(4000, function_space=False).warmup_advice() == ""  # nothing measured
 
 
-def test_an_unconverged_run_that_mixes_slower_than_its_warmup_measured_is_told_so(monkeypatch):
-    """A posterior correlated 0.999 and a diagonal preconditioner (the dense one switched off)
-    mix along the long axis far slower than the minimum warm-up can measure: the end-of-run
-    warning asks for a longer warm-up."""
-    monkeypatch.setattr(build, "DENSE_LIMIT", 0)
+def _collinear_data():
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(200, generator=generator)
     x = torch.stack([x, x + 0.03 * torch.randn(200, generator=generator)], 1)
-    y = x @ torch.tensor([1.0, -1.0]) + torch.randn(200, generator=generator)
+    return x, x @ torch.tensor([1.0, -1.0]) + torch.randn(200, generator=generator)
 
-    def collinear(x, y=None):
-        w = pyro.sample("w", dist.Normal(0.0, 10.0).expand([2]).to_event(1))
-        with pyro.plate("data", x.shape[0]):
-            pyro.sample("obs", dist.Normal(x @ w, 1.0), obs=y)
 
+def collinear(x, y=None):
+    """A posterior correlated 0.999: with a diagonal preconditioner (``build.DENSE_LIMIT = 0``)
+    its long axis mixes far slower than the minimum warm-up can measure."""
+    w = pyro.sample("w", dist.Normal(0.0, 10.0).expand([2]).to_event(1))
+    with pyro.plate("data", x.shape[0]):
+        pyro.sample("obs", dist.Normal(x @ w, 1.0), obs=y)
+
+
+def test_an_unconverged_run_that_mixes_slower_than_its_warmup_measured_is_told_so(monkeypatch):
+    """A posterior correlated 0.999 and a diagonal preconditioner (the dense one switched off)
+    mix along the long axis far slower than the minimum warm-up can measure: the end-of-run
+    warning asks for a longer warm-up (here with the warm-up's own lengthening switched off)."""
+    monkeypatch.setattr(build, "DENSE_LIMIT", 0)
+    monkeypatch.setattr(engine_module, "LONGEST_WARMUP", 1)
+    x, y = _collinear_data()
     kernel = SGLD(collinear, batch_size=50, seed=0)
     told = r"not converged: .*Give warmup_steps=\d+ or more .*the warm-up took 4,000 gradient"
     with pytest.warns(SamplerWarning, match=told):
@@ -243,6 +254,93 @@ def test_an_unconverged_run_that_mixes_slower_than_its_warmup_measured_is_told_s
              num_chains=2, disable_progbar=True).run(x, y)  # fmt: skip
     verdicts = [str(w.message) for w in caught if "MCMC with SGLD" in str(w.message)]
     assert len(verdicts) == 1 and re.search(told, verdicts[0]), verdicts
+
+
+def test_a_measurement_too_short_lengthens_the_warmup_with_fresh_windows():
+    """A measurement of fewer than twenty autocorrelation times asks for more warm-up; the
+    meter then measures afresh over the new last window (after its ramp), and never for a
+    network."""
+    meter = ThinningMeter(4000, function_space=False)
+    meter.series = [torch.full((2, 4), float(i // 400)).double() for i in range(980)]  # trends
+    meter.series = [s + 0.01 * torch.randn(2, 4, generator=torch.Generator().manual_seed(i))
+                    .double() for i, s in enumerate(meter.series)]  # fmt: skip
+    assert meter.wants_longer()
+    meter.lengthen(6000, 8000)
+    assert (meter.start, meter.end, meter.series, meter.directions) == (6020, 8000, [], None)
+    assert not meter.wants_longer()  # nothing measured yet
+    meter.series = [torch.randn(2, 4, generator=torch.Generator().manual_seed(i)).double()
+                    for i in range(1980)]  # fmt: skip
+    assert not meter.wants_longer() and all(meter.reliable())
+    network = ThinningMeter(4000, function_space=True)
+    network.series = [torch.full((1, 1), float(i)).double() for i in range(980)]
+    assert not network.wants_longer()
+
+
+def test_a_lengthened_warmup_runs_the_windows_again_in_their_proportions():
+    """From step 4,000 to 8,000: a fifth to average the control variate's centre, three tenths
+    to compare the estimators, the last half with the sampling settings; the measurements start
+    afresh, and the schedule is saved with the control."""
+    like = torch.zeros(2, 3)
+    control = AdaptiveControl("sgld", SGLDOptions(), 1.0, 100, 4000, like)
+    control.noise_sum += 1.0
+    control.probes += 3.0
+    engine = types.SimpleNamespace(t=4000, estimator=None)
+    assert control.lengthen(engine, 8000) == 6000
+    assert control.window_ends[-3:] == [4800, 6000, 8000]
+    assert (control.centre_start, control.centre_end, control.choice_end) == (4000, 4800, 6000)
+    assert (control.last_window, control.warmup_steps) == (6000, 8000)
+    assert not control.noise_sum.any() and not control.probes.any()
+    restored = AdaptiveControl("sgld", SGLDOptions(), 1.0, 100, 4000, like)
+    restored.load_state_dict(control.state_dict())
+    assert restored.window_ends == control.window_ends and restored.last_window == 6000
+    assert (restored.centre_end, restored.choice_end, restored.warmup_steps) == (4800, 6000, 8000)
+
+
+def test_a_warmup_that_mixes_too_slowly_to_measure_is_doubled_and_a_clear_one_is_not(
+    monkeypatch, y
+):
+    """The warm-up doubles, with the adaptation windows once more, while its measurement is too
+    short (up to LONGEST_WARMUP times: here 2); the report says how long it took. A chain that
+    mixes within the planned warm-up keeps it, draw for draw."""
+    monkeypatch.setattr(build, "DENSE_LIMIT", 0)
+    monkeypatch.setattr(engine_module, "LONGEST_WARMUP", 2)
+    x, y_collinear = _collinear_data()
+    kernel = SGLD(collinear, batch_size=50, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplerWarning)
+        slow = run_chains(kernel, x, y_collinear, num_chains=2, num_samples=10, warmup_steps=40)
+    assert [r["warmup_gradient_steps"] for r in slow.chain_reports] == [8000, 8000]
+    clear = run_chains(SGLD(normal_mean, batch_size=20, seed=0), y, num_chains=2, num_samples=10,
+                       warmup_steps=40)  # fmt: skip
+    assert [r["warmup_gradient_steps"] for r in clear.chain_reports] == [4000, 4000]
+    monkeypatch.setattr(engine_module, "LONGEST_WARMUP", 1)
+    unchanged = run_chains(SGLD(normal_mean, batch_size=20, seed=0), y, num_chains=2,
+                           num_samples=10, warmup_steps=40)  # fmt: skip
+    assert torch.equal(clear.samples["mu"], unchanged.samples["mu"])
+
+
+def test_a_run_resumed_after_its_warmup_was_lengthened_goes_on_bit_for_bit(monkeypatch, tmp_path):
+    monkeypatch.setattr(build, "DENSE_LIMIT", 0)
+    monkeypatch.setattr(engine_module, "LONGEST_WARMUP", 2)
+    path = tmp_path / "lengthened.ckpt"
+    x, y = _collinear_data()
+
+    def stop(index, draw):
+        if index == 3:
+            raise KeyboardInterrupt
+
+    options = {"num_chains": 2, "num_samples": 8, "warmup_steps": 40}
+    with pytest.raises(KeyboardInterrupt), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_chains(SGLD(collinear, batch_size=50, seed=3), x, y, checkpoint_path=path,
+                   callback=stop, **options)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplerWarning)
+        resumed = run_chains(SGLD(collinear, batch_size=50, seed=3), x, y, resume_from=path,
+                             **options)  # fmt: skip
+        whole = run_chains(SGLD(collinear, batch_size=50, seed=3), x, y, **options)
+    assert [r["warmup_gradient_steps"] for r in resumed.chain_reports] == [8000, 8000]
+    assert torch.equal(resumed.samples["w"], whole.samples["w"])
 
 
 def test_stacked_chains_keep_the_draws_each_chain_keeps_alone(y):

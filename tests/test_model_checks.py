@@ -13,6 +13,7 @@ import torch
 from stats_helpers import assert_mean_close
 
 from pyro_sgmcmc import SGHMC, SGLD, ModelContractError, run_chains
+from pyro_sgmcmc.engine import engine as engine_module
 
 
 def improper_location(y):
@@ -98,6 +99,13 @@ def counts(request):
     ])  # fmt: skip
 
 
+@pytest.fixture
+def no_lengthening(monkeypatch):
+    """The checks below are made at set-up: the warm-up is not lengthened (the blind site's
+    random walk under its prior mixes slowly, and the run would go on 8 times longer)."""
+    monkeypatch.setattr(engine_module, "LONGEST_WARMUP", 1)
+
+
 def _setup_warnings(model, counts):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -105,12 +113,12 @@ def _setup_warnings(model, counts):
     return [str(w.message) for w in caught if "gradient with respect to it" in str(w.message)]
 
 
-def test_a_site_the_gradient_cannot_see_is_named_with_the_reason(counts):
+def test_a_site_the_gradient_cannot_see_is_named_with_the_reason(counts, no_lengthening):
     messages = _setup_warnings(change_point, counts)
     assert len(messages) == 1, messages  # tau only: not the rates, not the unused site
     assert messages[0].startswith("latent site 'tau'")
     assert "no Metropolis correction" in messages[0] and "NUTS" in messages[0]
 
 
-def test_a_smooth_switch_is_not_flagged(counts):
+def test_a_smooth_switch_is_not_flagged(counts, no_lengthening):
     assert _setup_warnings(smooth_change_point, counts) == []

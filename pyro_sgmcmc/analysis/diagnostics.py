@@ -234,8 +234,10 @@ def stuck_advice(verdict: Verdict) -> str:
     their way: the warm-up ended before they arrived, as on a non-centred hierarchical model of
     40 groups whose descent ends at the joint mode, with the group scale at 1.4 where the
     posterior's is 0.28 +- 0.05, and whose coupled coordinates then move slowly (R-hat 1.19
-    after the default warm-up of 4,200 steps and 1,000 draws per chain; 1.01 and bulk ESS 600
-    after a warm-up of 20,000 steps): a longer warm-up is the cure. Stuck: a separate mode, or
+    after a warm-up of 4,200 steps and 1,000 draws per chain; 1.01 and bulk ESS 600 after a
+    warm-up of 20,000 steps; the warm-up now lengthens itself there, at most
+    :data:`~pyro_sgmcmc.engine.thinning.LONGEST_WARMUP` times): a longer warm-up is the cure
+    where that was not enough. Stuck: a separate mode, or
     the neck of a centred hierarchical model's funnel, where a group scale went to zero (a
     concentration to infinity) with every member at the group's mean during the warm-up's
     descent -- and stay there however long they run. A
@@ -265,8 +267,9 @@ def stuck_advice(verdict: Verdict) -> str:
         "Still on their way: the warm-up ended before they arrived, often along a direction in "
         "which many coordinates move together (a non-centred hierarchical model's warm-up "
         "starts at its joint mode, where the group scale is several times its posterior "
-        "value): give a warm-up several times longer in gradient steps (with the thinning "
-        "left to the kernel, warmup_steps draws of at least 4,000 take one step each). "
+        "value, and the warm-up goes on at most 8 times its planned length): give a warm-up "
+        "several times longer in gradient steps (with the thinning left to the kernel, "
+        "warmup_steps draws of at least 4,000 take one step each). "
         "Stuck: a separate mode, or the neck of a centred hierarchical "
         "model's funnel (a group scale near zero with every member at the group mean), which "
         "a longer run does not cure: write such a model in non-centred form, or sample it with "

@@ -336,6 +336,10 @@ class AdaptiveControl(StepControl):
         self.window_ends = [self.descent_end]
         self.window_ends += [int(f * warmup_steps) for f in SCHEDULE["windows"]]
         self.window_ends.append(warmup_steps)
+        # auto control variate: positions averaged into the centre over (centre_start,
+        # centre_end], both estimators measured up to choice_end, one chosen there
+        self.centre_start, self.centre_end = self.descent_end, self.window_ends[1]
+        self.choice_end = self.window_ends[2]
 
     def _fit_recovery(self) -> FitRecovery:
         chains, dimension = self.rate.shape[0], self.square.shape[1]
@@ -452,7 +456,7 @@ class AdaptiveControl(StepControl):
             self._average_descent(engine)
         if t > self.last_window:
             self.offset.add(engine.grad)
-        if self.descent_end < t <= self.window_ends[1] and _auto_control_variate(engine):
+        if self.centre_start < t <= self.centre_end and _auto_control_variate(engine):
             self.position_sum += engine.position
             self.position_count += 1
         if t >= self.probe_start and t % self.probe_every == 0:
@@ -461,10 +465,10 @@ class AdaptiveControl(StepControl):
             if t < self.window_ends[-1]:
                 self._recover_fits(engine)
                 self._keep_milestone(engine)
-            if t == self.window_ends[2]:
+            if t == self.choice_end:
                 self._choose_control_variate(engine)
             self._end_window(engine)
-            if t == self.window_ends[1] and _auto_control_variate(engine):
+            if t == self.centre_end and _auto_control_variate(engine):
                 centre = self.position_sum / max(self.position_count, 1)
                 engine.estimator.set_centre(centre, engine.fixed)
 
@@ -576,7 +580,7 @@ class AdaptiveControl(StepControl):
             _auto_control_variate(engine)
             and estimator.centre is not None
             and estimator.active is None
-            and engine.t <= self.window_ends[2]
+            and self.centre_end < engine.t <= self.choice_end
         )
 
     def _probe_both_estimators(self, engine: EngineView) -> torch.Tensor:
@@ -865,6 +869,41 @@ class AdaptiveControl(StepControl):
             return None
         return runaway.any(1)
 
+    def lengthen(self, engine: EngineView, end: int) -> int:
+        """Go on warming up from here to step ``end`` with the adaptation windows once more, in
+        the proportions of :data:`SCHEDULE` (a fifth of the steps, where the control variate is
+        chosen automatically its centre is averaged; three tenths, both gradient estimators are
+        measured and one is chosen; the last half samples with the settings measured so far,
+        and the thinning is measured there). The windows measure afresh: what was measured
+        before was measured on the chains' way (a non-centred hierarchical model's descent ends
+        at the joint mode, far from the typical set, and a control variate centred there is
+        noisier where the chains are now than the plain gradient). Called at the end of warm-up
+        where the thinning's measurement was too short
+        (:meth:`~pyro_sgmcmc.engine.engine.ChainEngine.draw`); returns the step the last window
+        starts at."""
+        start, end = engine.t, int(end)
+        self.centre_start = start
+        self.centre_end = start + int(0.2 * (end - start))
+        self.choice_end = self.last_window = start + int(0.5 * (end - start))
+        self.window_ends += [self.centre_end, self.last_window, end]
+        self.warmup_steps = end
+        self.noise_sum.zero_()
+        self.curvature_sum.zero_()
+        self.probes.zero_()
+        if self.dense is not None:
+            self.dense.clear()
+        self.window_start_sums = None
+        self.offset.sum.zero_()
+        self.offset.count = 0
+        if _auto_control_variate(engine) and engine.estimator.active is not None:
+            engine.estimator.active = None  # the plain gradient until the choice is made again
+            engine.refresh_gradient()
+        self.position_sum.zero_()
+        self.position_count = 0
+        self.pair_sum.zero_()
+        self.pair_count.zero_()
+        return self.last_window
+
     def end_warmup(self, engine: EngineView) -> None:
         if self.fisher is None and self.algorithm != "psgld":
             raise RuntimeError("the adaptive warm-up ended before its first measurement")
@@ -949,11 +988,19 @@ class AdaptiveControl(StepControl):
         state["metric"] = None if self.metric is None else tuple(self.metric)
         state["dense"] = None if self.dense is None else self.dense.state_dict()
         state["cut"] = self.cut
+        state["schedule"] = (
+            self.warmup_steps, self.last_window, list(self.window_ends),
+            (self.centre_start, self.centre_end, self.choice_end),
+        )  # fmt: skip
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("cut", False) and not self.cut:  # a checkpoint after a cut descent
             self.cut_descent()
+        if "schedule" in state:  # lengthened windows (absent from older checkpoints)
+            self.warmup_steps, self.last_window, window_ends, phases = state["schedule"]
+            self.window_ends = list(window_ends)
+            self.centre_start, self.centre_end, self.choice_end = phases
         for name in self._STATE:
             value = state.get(name)  # last_window_rate: absent from older checkpoints
             setattr(self, name, value.clone() if isinstance(value, torch.Tensor) else value)

@@ -118,6 +118,11 @@ class DenseAdaptation:
         scaled = mean * probes.unsqueeze(-1)
         self.noise_sum = torch.where(chosen.reshape(-1, 1, 1), scaled, self.noise_sum)
 
+    def clear(self) -> None:
+        """Forget every measurement (a lengthened warm-up measures afresh)."""
+        for tensor in (self.hessian_sum, self.noise_sum, self.pair_sum):
+            tensor.zero_()
+
     def decay(self) -> None:
         """Older measurements count half as much as those of the window just ended."""
         self.hessian_sum *= 0.5

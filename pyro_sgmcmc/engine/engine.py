@@ -41,7 +41,7 @@ from .gibbs_blocks import GibbsBlocks
 from .layout import FlatLayout
 from .minibatch import Minibatcher
 from .noise import GaussianNoise
-from .thinning import DrawCadence, ThinningMeter
+from .thinning import LONGEST_WARMUP, DrawCadence, ThinningMeter
 from .virial import VirialMeter
 
 __all__ = ["FLAT", "ChainEngine", "DrawStats"]
@@ -180,6 +180,8 @@ class ChainEngine:
         #: The state at the start, where the control may send the warm-up back to
         #: (:meth:`_start_again_with_a_short_descent`); ``None`` where it will not.
         self.beginning: dict[str, Any] | None = None
+        #: Whether the warm-up goes on past its planned end (:meth:`_lengthen_warmup`).
+        self.lengthening = False
 
     # ------------------------------------------------------------------ position
     @property
@@ -280,6 +282,7 @@ class ChainEngine:
 
     def _end_warmup(self) -> None:
         """Freeze the control's adaptation and fix each chain's thinning."""
+        self._lengthen_warmup()
         self.control.end_warmup(self)
         self.virial.reset()
         thinning = self.thinning
@@ -287,6 +290,30 @@ class ChainEngine:
             thinning = self.thinning_meter.choose(self.control.mixing_slowdown(self))
         self.cadence = DrawCadence(thinning)
         self.monitor.start_draw()
+
+    def _lengthen_warmup(self) -> None:
+        """Double the warm-up, one more adaptation window at a time, while the thinning's
+        measurement spans fewer than :data:`~pyro_sgmcmc.engine.thinning.RELIABLE_LENGTH`
+        autocorrelation times of some chain, up to
+        :data:`~pyro_sgmcmc.engine.thinning.LONGEST_WARMUP` times its planned length: a chain
+        that mixes that slowly has likely not arrived yet, and the settings were measured on its
+        way (a non-centred hierarchical model's descent ends at the joint mode, far from the
+        typical set). Chains stacked in one engine go on together where any of them needs it.
+        The steps are made within this call, so a driver that counts draws sees one slower
+        draw."""
+        meter, lengthen = self.thinning_meter, getattr(self.control, "lengthen", None)
+        if meter is None or lengthen is None:
+            return
+        longest = LONGEST_WARMUP * self.t
+        while 0 < 2 * self.t <= longest and meter.wants_longer():
+            end = 2 * self.t
+            meter.lengthen(lengthen(self, end), end)
+            self.lengthening = True
+            try:
+                while self.t < end:
+                    self.step()
+            finally:
+                self.lengthening = False
 
     def _warmup_draw(self) -> DrawStats:
         self.monitor.start_draw()
@@ -394,7 +421,7 @@ class ChainEngine:
 
     @property
     def in_warmup(self) -> bool:
-        return self.draws_done < self.warmup_draws
+        return self.draws_done < self.warmup_draws or self.lengthening
 
     def _same_rows_rise(self, position: torch.Tensor, fixed) -> torch.Tensor:
         """The rise of the potential from the current to ``position`` on the current rows."""

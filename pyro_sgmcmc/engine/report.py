@@ -5,6 +5,9 @@ r"""What the warm-up chose for each chain, as the kernels' ``diagnostics()`` and
 * ``num_steps_per_sample``: the chain's thinning (gradient steps per kept draw);
 * ``autocorrelation_time``: the integrated autocorrelation time the warm-up measured, in gradient
   steps (``nan`` when the thinning was given);
+* ``warmup_gradient_steps``: the gradient steps the warm-up took, more than planned where it was
+  lengthened to measure that time (:meth:`~pyro_sgmcmc.engine.thinning.ThinningMeter.wants_longer`;
+  ``None`` when the thinning was given);
 * ``coordinate_step``: per site, the smallest, median and largest step :math:`e_i = h P_i` of its
   coordinates, the step that multiplies the full-data gradient of each coordinate (the
   ``step_size`` statistic is :math:`h` alone).
@@ -67,6 +70,7 @@ def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
         "control_variate": control_variate,
         "num_steps_per_sample": None if thinning is None else int(thinning[chain]),
         "autocorrelation_time": math.nan if times is None else float(times[chain]),
+        "warmup_gradient_steps": None if meter is None else int(meter.end),
         "coordinate_step": per_site,
     }
 

@@ -23,7 +23,11 @@ thins the same way, by :math:`S / \min(\text{ESS}_\text{bulk}, \text{ESS}_\text{
 Budget: :math:`1 \le k \le` :data:`MAX_THINNING`, and the warm-up takes at least
 :data:`MIN_WARMUP_STEPS` gradient steps (``warmup_steps`` draws of
 :func:`warmup_steps_per_draw` steps each), so that the measurement window holds about a
-thousand steps.
+thousand steps. A measurement shorter than :data:`RELIABLE_LENGTH` autocorrelation times of some
+chain underestimates them, and says that the chain may not have arrived: the engine then doubles
+the warm-up, with the adaptation windows run once more and a new measurement over the last half
+of the new steps (:meth:`ThinningMeter.wants_longer`, :meth:`ThinningMeter.lengthen`), up to
+:data:`LONGEST_WARMUP` times its planned length.
 
 Chains stacked in one engine keep their own cadence (:class:`DrawCadence`): every chain steps at
 every step, and chain :math:`c`'s state is kept at its own steps :math:`W + j k_c`, exactly the
@@ -52,6 +56,7 @@ from pyro.ops.stats import effective_sample_size
 from .view import EngineView
 
 __all__ = [
+    "LONGEST_WARMUP",
     "MAX_THINNING",
     "MIN_WARMUP_STEPS",
     "DrawCadence",
@@ -72,6 +77,9 @@ RAMP_STEPS = 20
 PROJECTIONS = 4
 #: A measurement shorter than this many autocorrelation times underestimates them.
 RELIABLE_LENGTH = 20
+#: A warm-up whose measurement is shorter than that is doubled, one more adaptation window at a
+#: time, up to this many times its planned length (:meth:`ThinningMeter.wants_longer`).
+LONGEST_WARMUP = 8
 
 
 def warmup_steps_per_draw(warmup_draws: int) -> int:
@@ -135,10 +143,26 @@ class ThinningMeter:
         :math:`r_c \ge 1` is how many times slower the sampling phase's settings mix than those
         the measurement ran with (``None``: the same): the autocorrelation time of Langevin
         dynamics is inversely proportional to its step (SGHMC's: to step over friction)."""
-        if len(self.series) < 4:
-            self.autocorrelation_time = None
+        times = self.measure()
+        if times is None:
             self.thinning = [1] * (1 if slowdown is None else slowdown.shape[0])
             return self.thinning
+        change = np.ones(len(times))
+        if slowdown is not None:
+            change = np.maximum(slowdown.detach().reshape(-1).double().cpu().numpy(), 1.0)
+        self.thinning = [
+            int(min(MAX_THINNING, max(1, math.ceil(t * r))))
+            for t, r in zip(times, change, strict=True)
+        ]
+        self.series = []
+        return self.thinning
+
+    def measure(self) -> np.ndarray | None:
+        """Per chain, the autocorrelation time of the series recorded so far, in gradient steps
+        (``None`` with fewer than four steps recorded); also kept as ``autocorrelation_time``."""
+        if len(self.series) < 4:
+            self.autocorrelation_time = None
+            return None
         series = torch.stack(self.series).cpu()  # (n, C, K)
         if not self.function_space:  # the spread as well as the mean
             series = torch.cat([series, (series - series.mean(0)).square()], -1)
@@ -150,15 +174,22 @@ class ThinningMeter:
             if ess.numel():
                 times[c] = max(1.0, float(length / ess.min()))
         self.autocorrelation_time = times
-        change = np.ones(num_chains)
-        if slowdown is not None:
-            change = np.maximum(slowdown.detach().reshape(-1).double().cpu().numpy(), 1.0)
-        self.thinning = [
-            int(min(MAX_THINNING, max(1, math.ceil(t * r))))
-            for t, r in zip(times, change, strict=True)
-        ]
-        self.series = []
-        return self.thinning
+        return times
+
+    def wants_longer(self) -> bool:
+        """Whether the measurement so far spans fewer than :data:`RELIABLE_LENGTH`
+        autocorrelation times of some chain, so that the warm-up should go on (never for a
+        network: its chains explore their own regions however long the warm-up)."""
+        if self.function_space or self.measure() is None:
+            return False
+        return not all(self.reliable())
+
+    def lengthen(self, start: int, end: int) -> None:
+        """Measure afresh over the lengthened warm-up's last window, from step ``start`` (after
+        the window's ramp) to step ``end``, along new random projections in units of the
+        posterior scale measured by then."""
+        self.start, self.end = int(start) + RAMP_STEPS, int(end)
+        self.series, self.directions = [], None
 
     def reliable(self) -> list[bool]:
         """Per chain, whether the measurement spanned :data:`RELIABLE_LENGTH` autocorrelation
@@ -202,6 +233,7 @@ class ThinningMeter:
             if self.autocorrelation_time is None
             else torch.from_numpy(self.autocorrelation_time),
             "thinning": self.thinning,
+            "window": (self.start, self.end),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -212,6 +244,7 @@ class ThinningMeter:
         times = state["autocorrelation_time"]
         self.autocorrelation_time = None if times is None else times.numpy()
         self.thinning = None if state["thinning"] is None else list(state["thinning"])
+        self.start, self.end = state.get("window", (self.start, self.end))  # a lengthened warm-up
 
 
 #: How many of its last kept states a chain remembers as places to go back to.
