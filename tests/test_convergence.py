@@ -319,6 +319,21 @@ def test_a_warmup_that_mixes_too_slowly_to_measure_is_doubled_and_a_clear_one_is
     assert torch.equal(clear.samples["mu"], unchanged.samples["mu"])
 
 
+def test_the_warmup_ends_with_its_last_draw_before_the_drivers_check_it(y):
+    """The thinning is chosen (and the warm-up lengthened, where it is) within the last warm-up
+    draw, so the drivers' end-of-warm-up checks see the warm-up that ran."""
+    seen = {}
+
+    def hook(kernel, samples, stage, index):
+        if stage == "Warmup" and index == 39:
+            seen["thinning"] = kernel._chains.engine.thinning
+
+    kernel = SGLD(normal_mean, batch_size=20, seed=0)
+    MCMC(kernel, num_samples=2, warmup_steps=40, num_chains=1, hook_fn=hook,
+         disable_progbar=True).run(y)  # fmt: skip
+    assert seen["thinning"] is not None and seen["thinning"][0] >= 1
+
+
 def test_a_run_resumed_after_its_warmup_was_lengthened_goes_on_bit_for_bit(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "DENSE_LIMIT", 0)
     monkeypatch.setattr(engine_module, "LONGEST_WARMUP", 2)

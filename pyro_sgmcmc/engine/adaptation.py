@@ -282,6 +282,7 @@ class AdaptiveControl(StepControl):
         self.metric: DenseMetric | None = None
         self.friction: torch.Tensor | None = None
         self.warmup_steps, self.watch = warmup_steps, watch
+        self.planned_steps = warmup_steps  # warmup_steps grows where the warm-up is lengthened
         # the watched sites' spreads early in the descent; whether the descent was cut short
         self.watch_start: torch.Tensor | None = None
         self.cut = False
@@ -517,6 +518,8 @@ class AdaptiveControl(StepControl):
         (:mod:`.fit_check`)."""
         if engine.t == self.descent_end:
             label = "the end of the descent"
+        elif engine.t > self.planned_steps:
+            label = f"step {engine.t:,} of the lengthened warm-up's {self.window_ends[-1]:,}"
         else:
             label = f"{100 * engine.t / self.window_ends[-1]:.0f}% of warm-up"
         fixed = {name: value.clone() for name, value in engine.fixed.items()}
@@ -886,13 +889,15 @@ class AdaptiveControl(StepControl):
         self.centre_end = start + int(0.2 * (end - start))
         self.choice_end = self.last_window = start + int(0.5 * (end - start))
         self.window_ends += [self.centre_end, self.last_window, end]
+        self.recovery.set_window_ends(self.window_ends)
         self.warmup_steps = end
+        # (window_start_sums keeps the sums as they were: a chain that diverges in the first
+        # new window falls back on them)
         self.noise_sum.zero_()
         self.curvature_sum.zero_()
         self.probes.zero_()
         if self.dense is not None:
             self.dense.clear()
-        self.window_start_sums = None
         self.offset.sum.zero_()
         self.offset.count = 0
         if _auto_control_variate(engine) and engine.estimator.active is not None:
@@ -1001,6 +1006,7 @@ class AdaptiveControl(StepControl):
             self.warmup_steps, self.last_window, window_ends, phases = state["schedule"]
             self.window_ends = list(window_ends)
             self.centre_start, self.centre_end, self.choice_end = phases
+            self.recovery.set_window_ends(self.window_ends)
         for name in self._STATE:
             value = state.get(name)  # last_window_rate: absent from older checkpoints
             setattr(self, name, value.clone() if isinstance(value, torch.Tensor) else value)

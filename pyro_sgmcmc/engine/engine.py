@@ -256,14 +256,17 @@ class ChainEngine:
     # ------------------------------------------------------------------ stepping
     def draw(self) -> DrawStats:
         """Advance every chain by one draw: ``warmup_steps_per_draw`` steps during warm-up,
-        then each chain's thinning (more while the control is in an exploration phase)."""
+        then each chain's thinning (more while the control is in an exploration phase). The
+        last warm-up draw ends the warm-up (:meth:`_end_warmup`)."""
         if self.draws_done == self.warmup_draws and self.cadence is None:
-            self._end_warmup()
+            self._end_warmup()  # no warm-up, or a checkpoint written before its end was ended
         if not self.in_warmup:
             return self._kept_draw()
         stats = self._warmup_draw()
         if self.beginning is not None and self.control.ran_into_funnel(self):
             stats = self._start_again_with_a_short_descent()
+        if self.draws_done == self.warmup_draws:  # the warm-up's end (lengthened, if need be)
+            self._end_warmup()  # belongs to its last draw: the drivers' warm-up checks follow
         return stats
 
     def _start_again_with_a_short_descent(self) -> DrawStats:

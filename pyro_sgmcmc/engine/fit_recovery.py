@@ -64,10 +64,7 @@ class FitRecovery:
         num_data: int,
         temperature: float,
     ) -> None:
-        self.window_ends = list(window_ends)
-        starts = [0, *self.window_ends[:-1]]
-        self.segment_starts = [end - max(1, (end - start) // 4) for start, end in
-                               zip(starts, self.window_ends, strict=True)]  # fmt: skip
+        self.set_window_ends(window_ends)
         self.allowed = temperature * (dimension / 2 + 10 * math.sqrt(dimension / 2))
         self.allowed += MARGIN * num_data
         zeros = torch.zeros(num_chains, dtype=torch.float64)
@@ -77,6 +74,14 @@ class FitRecovery:
         # (chain index, step, average now, best average, milestone index): chains sent back
         self.returns: list[tuple[int, int, float, float, int]] = []
         self._pending: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
+
+    def set_window_ends(self, window_ends: Sequence[int]) -> None:
+        """The window ends, and the last quarter of each window, whose potentials are averaged
+        (again where the warm-up was lengthened with more windows)."""
+        self.window_ends = list(window_ends)
+        starts = [0, *self.window_ends[:-1]]
+        self.segment_starts = [end - max(1, (end - start) // 4) for start, end in
+                               zip(starts, self.window_ends, strict=True)]  # fmt: skip
 
     def observe(self, t: int, value: torch.Tensor | None) -> None:
         """Add step ``t``'s ``(C,)`` minibatch potentials if ``t`` lies in a measured segment."""

@@ -5,7 +5,8 @@ one-chain :class:`~pyro_sgmcmc.engine.ChainEngine` (:func:`~pyro_sgmcmc.engine.p
 and each ``sample`` call advances it by one draw. Everything else -- minibatches, Gibbs blocks,
 divergences, seeds, the step-size control -- lives in the engine, which
 :func:`~pyro_sgmcmc.run_chains` drives with many chains: the same chain gives the same draws
-under either driver.
+under either driver (except where the adaptive warm-up starts again or is lengthened for all
+the chains stacked in one engine, while a chain alone decides for itself).
 """
 
 from __future__ import annotations
