@@ -319,6 +319,17 @@ def test_a_warmup_that_mixes_too_slowly_to_measure_is_doubled_and_a_clear_one_is
     assert torch.equal(clear.samples["mu"], unchanged.samples["mu"])
 
 
+def test_a_warmup_is_not_lengthened_past_the_time_budget(monkeypatch):
+    """run_chains(max_seconds=...) counts the warm-up: a doubling that would not end within the
+    budget, at the pace of the steps so far, is not made."""
+    monkeypatch.setattr(build, "DENSE_LIMIT", 0)
+    x, y = _collinear_data()
+    with pytest.warns(SamplerWarning, match="the budget of max_seconds=0.01 is spent"):
+        result = run_chains(SGLD(collinear, batch_size=50, seed=0), x, y, num_chains=2,
+                            num_samples=10, warmup_steps=40, max_seconds=0.01)  # fmt: skip
+    assert [r["warmup_gradient_steps"] for r in result.chain_reports] == [4000, 4000]
+
+
 def test_the_warmup_ends_with_its_last_draw_before_the_drivers_check_it(y):
     """The thinning is chosen (and the warm-up lengthened, where it is) within the last warm-up
     draw, so the drivers' end-of-warm-up checks see the warm-up that ran."""

@@ -26,6 +26,7 @@ taken from a diverged state.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -182,6 +183,11 @@ class ChainEngine:
         self.beginning: dict[str, Any] | None = None
         #: Whether the warm-up goes on past its planned end (:meth:`_lengthen_warmup`).
         self.lengthening = False
+        #: ``time.perf_counter()`` by which the run must end (``run_chains(max_seconds=...)``),
+        #: or ``None``: the warm-up is not lengthened past it.
+        self.deadline: float | None = None
+        #: ``(time, step)`` at this process's first draw: the pace of its steps.
+        self.clock: tuple[float, int] | None = None
 
     # ------------------------------------------------------------------ position
     @property
@@ -258,6 +264,8 @@ class ChainEngine:
         """Advance every chain by one draw: ``warmup_steps_per_draw`` steps during warm-up,
         then each chain's thinning (more while the control is in an exploration phase). The
         last warm-up draw ends the warm-up (:meth:`_end_warmup`)."""
+        if self.clock is None:
+            self.clock = (time.perf_counter(), self.t)
         if self.draws_done == self.warmup_draws and self.cadence is None:
             self._end_warmup()  # no warm-up, or a checkpoint written before its end was ended
         if not self.in_warmup:
@@ -303,13 +311,16 @@ class ChainEngine:
         way (a non-centred hierarchical model's descent ends at the joint mode, far from the
         typical set). Chains stacked in one engine go on together where any of them needs it.
         The steps are made within this call, so a driver that counts draws sees one slower
-        draw."""
+        draw. With a :attr:`deadline`, only while the new steps fit before it at the pace of
+        the steps made so far."""
         meter, lengthen = self.thinning_meter, getattr(self.control, "lengthen", None)
         if meter is None or lengthen is None:
             return
         longest = LONGEST_WARMUP * self.t
         while 0 < 2 * self.t <= longest and meter.wants_longer():
             end = 2 * self.t
+            if not self._time_allows(end):
+                break
             meter.lengthen(lengthen(self, end), end)
             self.lengthening = True
             try:
@@ -317,6 +328,16 @@ class ChainEngine:
                     self.step()
             finally:
                 self.lengthening = False
+
+    def _time_allows(self, end: int) -> bool:
+        """Whether the steps up to ``end`` end before the :attr:`deadline` (if any) at the pace
+        of this process's steps so far."""
+        if self.deadline is None:
+            return True
+        now = time.perf_counter()
+        since, step = self.clock or (now, self.t)
+        pace = (now - since) / max(self.t - step, 1)
+        return now + pace * (end - self.t) <= self.deadline
 
     def _warmup_draw(self) -> DrawStats:
         self.monitor.start_draw()

@@ -375,6 +375,8 @@ def run_chains(
         outputs = _judged_outputs(chains, test_set)
         setup_time = time.perf_counter() - setup_start
         sampling_start = time.perf_counter()
+        if max_seconds is not None:  # a warm-up that would go on is held to the budget
+            chains.engine.deadline = sampling_start + max_seconds
         _sample(chains, recorder, warmup_steps + num_samples, callback, saver, (args, kwargs))
         if saver.round_target is not None:  # resumed in the middle of a round: finish it
             _sample(chains, recorder, saver.round_target, callback, saver, (args, kwargs))
