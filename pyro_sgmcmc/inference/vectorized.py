@@ -383,15 +383,7 @@ def run_chains(
         rounds = _Rounds(chains, recorder, target_ess, max_seconds, sampling_start,
                          num_samples, num_chains, outputs,
                          shared=saver if distribute_chains else None)  # fmt: skip
-        verdict = rounds.judge()
-        while rounds.wanted and not verdict.converged:
-            more = rounds.more_draws(verdict)
-            if more == 0:
-                break
-            saver.round_target = chains.engine.draws_done + more
-            _sample(chains, recorder, saver.round_target, callback, saver, (args, kwargs))
-            saver.policy.write(saver.payload())
-            verdict = rounds.judge()
+        verdict = _draw_rounds(rounds, chains, recorder, callback, saver, (args, kwargs))
         sampling_time = time.perf_counter() - sampling_start
         warn_all(chains.final_messages(recorder.stacked()))
         if not verdict.converged:
@@ -400,6 +392,21 @@ def run_chains(
     result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs, verdict)
     result = dataclasses.replace(result, judged_at=tuple(rounds.judged_at))
     return _gathered(result, saver) if distribute_chains else result
+
+
+def _draw_rounds(rounds, chains, recorder, callback, saver, data) -> Verdict:
+    """Judge the draws; while a run until converged has not converged and its budget allows,
+    draw another round (checkpointed at its end) and judge again. Returns the last verdict."""
+    verdict = rounds.judge()
+    while rounds.wanted and not verdict.converged:
+        more = rounds.more_draws(verdict)
+        if more == 0:
+            break
+        saver.round_target = chains.engine.draws_done + more
+        _sample(chains, recorder, saver.round_target, callback, saver, data)
+        saver.policy.write(saver.payload())
+        verdict = rounds.judge()
+    return verdict
 
 
 def _check_budget(
