@@ -19,6 +19,7 @@ from pyro_sgmcmc.analysis.export import (
     HMCStatsCollector,
     ModelMismatchWarning,
     build_groups,
+    from_draws,
     to_datatree,
     to_inference_data,
 )
@@ -568,15 +569,54 @@ def _masked(x, y, mask):
         pyro.sample("obs", dist.Normal(b * x[idx], 0.7), obs=y[idx])
 
 
-def test_masked_rows_are_named_where_they_would_skew_loo():
-    """Masked rows are exported with the rest (log-likelihood 0, placeholder values), which
-    az.loo would count as observations with infinite Pareto k: the export says so."""
+def test_masked_rows_are_left_out_of_the_log_likelihood():
+    """Rows that poutine.mask leaves out are not observations: the log-likelihood (and so
+    az.loo) holds the observed rows only, each row's own value, with the kept rows' numbers as
+    coordinates; the data and the predictive draws keep every row."""
     x = torch.linspace(-1.0, 1.0, 8)
+    y = 0.5 * x + 0.1 * torch.arange(8.0)
     mask = torch.arange(8) % 4 != 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run = run_chains(SGLD(_masked, step_size=1e-3, batch_size=4, seed=0), x, x, mask,
-                         num_chains=1, num_samples=3, warmup_steps=2)  # fmt: skip
-    with pytest.warns(UserWarning, match=r"observed site 'obs': 2 row\(s\) of .* are masked"):
+        run = run_chains(SGLD(_masked, step_size=1e-3, batch_size=4, seed=0), x, y, mask,
+                         num_chains=2, num_samples=20, warmup_steps=2)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a correct export of a masked model says nothing
         idata = to_inference_data(run)
-    assert (idata.log_likelihood["obs"].values[..., ~mask.numpy()] == 0).all()
+        chunked = to_inference_data(run, chunk_size=3)
+    masked = _arviz.get_group(idata, "log_likelihood")["obs"]
+    assert masked.equals(_arviz.get_group(chunked, "log_likelihood")["obs"])
+    assert masked.dims == ("chain", "draw", "data_observed")
+    np.testing.assert_array_equal(masked["data_observed"].values, np.flatnonzero(mask.numpy()))
+    b = torch.as_tensor(_arviz.get_group(idata, "posterior")["b"].values).unsqueeze(-1)
+    expected = dist.Normal(b * x[mask], 0.7).log_prob(y[mask]).double().numpy()
+    np.testing.assert_allclose(masked.values, expected, rtol=1e-6)
+    assert _arviz.get_group(idata, "observed_data")["obs"].shape == (8,)
+    assert _arviz.get_group(idata, "posterior_predictive")["obs"].shape == (2, 20, 8)
+    reference = from_draws({"b": b.squeeze(-1).numpy()}, log_likelihood={"obs": expected})
+    assert _arviz.loo(idata).elpd == pytest.approx(_arviz.loo(reference).elpd, rel=1e-6)
+
+
+def _two_masks(x, y, mask):
+    b = pyro.sample("b", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", x.shape[0]) as idx:
+        with pyro.poutine.mask(mask=mask[idx]):
+            pyro.sample("first", dist.Normal(b * x[idx], 0.7), obs=y[idx])
+        with pyro.poutine.mask(mask=~mask[idx]):
+            pyro.sample("second", dist.Normal(b * x[idx], 0.7), obs=y[idx])
+        pyro.sample("whole", dist.Normal(b * x[idx], 0.7), obs=y[idx])
+
+
+def test_sites_masked_differently_keep_their_own_rows():
+    x = torch.linspace(-1.0, 1.0, 6)
+    mask = torch.tensor([True, True, False, True, False, False])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = run_chains(SGLD(_two_masks, step_size=1e-3, batch_size=3, seed=0), x, x, mask,
+                         num_chains=1, num_samples=3, warmup_steps=2)  # fmt: skip
+    log_likelihood = _arviz.get_group(to_inference_data(run), "log_likelihood")
+    assert log_likelihood["whole"].dims[-1] == "data"
+    for name, rows in (("first", [0, 1, 3]), ("second", [2, 4, 5])):
+        variable = log_likelihood[name]
+        assert variable.dims[-1] == f"data_observed_{name}"
+        np.testing.assert_array_equal(variable[variable.dims[-1]].values, rows)

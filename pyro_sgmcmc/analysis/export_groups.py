@@ -47,6 +47,7 @@ from .export_xarray import (
     _draws_dataset,
     _leading_plate_axis,
     _numpy_dict,
+    _reshape_draws,
     _tensor_arguments,
 )
 
@@ -319,17 +320,45 @@ def _draw_groups(
     if stats:
         groups["sample_stats"] = _dataset(stats, ("chain", "draw"), {}, attrs)
     if log_likelihood:
-        plate_axis = {name: {0: plate_name} for name in train.log_likelihood}
-        groups["log_likelihood"] = _draws_dataset(
-            train.log_likelihood, num_chains, num_draws,
-            _batch_dims(dims, train.log_likelihood), attrs, plate_axis,
-        )  # fmt: skip
+        groups["log_likelihood"] = _log_likelihood_dataset(inputs, train, dims, attrs)
     if posterior_predictive:
         axis_names = _axis_names(train.plate_axis, plate_name)
         groups["posterior_predictive"] = _draws_dataset(
             train.predictive, num_chains, num_draws, dims, attrs, axis_names
         )
     return groups
+
+
+def _log_likelihood_dataset(
+    inputs: _Inputs, train: _Pass, dims: Mapping[str, Sequence[str]], attrs: Mapping[str, Any]
+) -> xr.Dataset:
+    """The pointwise log-likelihood, one value per row of the data plate and draw.
+
+    Rows that ``poutine.mask`` leaves out of a site's likelihood are not observations of it, and
+    ``az.loo``, ``az.waic`` and ``az.compare`` would count each: they are left out. Such a site's
+    rows lie on a dimension of their own, ``<rows>_observed`` (``<rows>_observed_<site>`` where
+    masked sites keep different rows), whose coordinates are the kept rows' numbers in the plate.
+    """
+    num_chains, num_draws = inputs.shape
+    batch_dims = _batch_dims(dims, train.log_likelihood)
+    values = {
+        name: _reshape_draws(parts, num_chains, num_draws)
+        for name, parts in train.log_likelihood.items()
+    }
+    axis_names = {name: {0: inputs.plate_name} for name in values}
+    masked = {name: rows for name, rows in train.observed_rows.items() if name in values}
+    one_per_site = len({rows.tobytes() for rows in masked.values()}) > 1
+    coords = {}
+    for name, rows in masked.items():
+        values[name] = values[name][:, :, rows]
+        row_dim = batch_dims[name][0] if name in batch_dims else inputs.plate_name
+        kept = f"{row_dim}_observed" + (f"_{name}" if one_per_site else "")
+        if name in batch_dims:
+            batch_dims[name] = [kept, *batch_dims[name][1:]]
+        axis_names[name] = {0: kept}
+        coords[kept] = np.flatnonzero(rows)
+    dataset = _dataset(values, ("chain", "draw"), batch_dims, attrs, axis_names)
+    return dataset.assign_coords(coords)
 
 
 def _data_groups(

@@ -11,7 +11,6 @@ stores what a pass returns as the ``log_likelihood``, ``posterior_predictive``, 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,7 @@ from pyro import poutine
 from pyro.poutine.uncondition_messenger import UnconditionMessenger
 from pyro.poutine.util import site_is_subsample
 
-from ..errors import ModelContractError, user_stacklevel
+from ..errors import ModelContractError
 from ..models.structure import MissingPlateError, plate_chunks, plate_frame, rows_log_prob
 from .export_checks import _check_finite, _check_support, _check_test_like_training, _DataError
 from .export_xarray import _numpy
@@ -86,7 +85,9 @@ class _Pass:
         self.log_joint: list[float] = []
         self.observed: dict[str, np.ndarray] = {}
         self.plate_axis: dict[str, int | None] = {}
-        self.masked_rows: dict[str, int] = {}  # observed site -> rows poutine.mask leaves out
+        # observed site -> (rows,) whether each row is in its likelihood, for the sites of which
+        # poutine.mask leaves rows out (read on the first draw)
+        self.observed_rows: dict[str, np.ndarray] = {}
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ class _DrawParts:
         self.log_likelihood: dict[str, list[torch.Tensor]] = {}
         self.predictive: dict[str, list[torch.Tensor]] = {}
         self.observed: dict[str, list[torch.Tensor]] = {}
-        self.masked_rows: dict[str, int] = {}
+        self.observed_rows: dict[str, list[torch.Tensor]] = {}
         self.log_joint = 0.0
 
     def add_fast_log_likelihood(self, value: torch.Tensor | Mapping[str, torch.Tensor]) -> None:
@@ -194,8 +195,8 @@ class _DrawParts:
         if self.first_draw:
             self.observed.setdefault(name, []).append(_discrete_as_integers(site, obs))
             if frame is not None:
-                masked = _masked_rows(site, frame)[: keep or None]
-                self.masked_rows[name] = self.masked_rows.get(name, 0) + int(masked.sum())
+                rows = _observed_rows(site, frame, obs.shape[axis])[: keep or None]
+                self.observed_rows.setdefault(name, []).append(rows)
 
     def store(self, result: _Pass, want_log_joint: bool) -> None:
         for name, parts in self.log_likelihood.items():
@@ -211,35 +212,21 @@ class _DrawParts:
             result.observed[name] = _numpy(parts[0] if axis is None else torch.cat(parts, axis))
         if want_log_joint:
             result.log_joint.append(self.log_joint)
-        for name, count in self.masked_rows.items():
-            if count:
-                result.masked_rows[name] = count
+        for name, parts in self.observed_rows.items():
+            rows = torch.cat(parts)
+            if not bool(rows.all()):
+                result.observed_rows[name] = _numpy(rows)
 
 
-def _masked_rows(site: Mapping[str, Any], frame: Any) -> torch.Tensor:
-    """``(rows,)``: whether ``poutine.mask`` leaves each row of the plate out of the site's
-    likelihood altogether (every entry of the row masked)."""
+def _observed_rows(site: Mapping[str, Any], frame: Any, num_rows: int) -> torch.Tensor:
+    """``(rows,)``: whether each row of the plate is in the site's likelihood, i.e. not left
+    out altogether (every entry of the row masked) by ``poutine.mask``."""
     batch_shape = site["fn"].batch_shape
     mask = site.get("mask")
     if not isinstance(mask, torch.Tensor) or len(batch_shape) < -frame.dim:
-        return torch.zeros(0, dtype=torch.bool)
+        return torch.ones(num_rows, dtype=torch.bool)
     rows = torch.broadcast_to(mask, batch_shape).movedim(len(batch_shape) + frame.dim, 0)
-    return ~rows.reshape(rows.shape[0], -1).any(-1)
-
-
-def _warn_about_masked_rows(masked_rows: Mapping[str, int], label: str) -> None:
-    """Say which observed sites have rows that ``poutine.mask`` leaves out: the export keeps
-    every row (the data's shape), with a log-likelihood of 0 and the placeholder values."""
-    for name, count in masked_rows.items():
-        warnings.warn(
-            f"observed site {name!r}: {count} row(s) of {label} are masked (poutine.mask) and "
-            "exported with the rest, with a log-likelihood of 0 and the values the model was "
-            "given as placeholders; leave them out before az.loo, az.waic or az.compare (e.g. "
-            f"idata.log_likelihood = idata.log_likelihood.isel(<plate>=observed_rows)) and "
-            "before comparing draws with observed_data",
-            UserWarning,
-            stacklevel=user_stacklevel(),
-        )
+    return rows.reshape(rows.shape[0], -1).any(-1).cpu()
 
 
 def _data_plate_size(model, latents, args, kwargs, plate_name) -> int:
@@ -306,7 +293,6 @@ def _run_pass(
                     keep = None if rows is None else len(rows)
                     parts.read(trace, latents, plate_name, wants, k, keep, result.plate_axis)
             parts.store(result, want_log_joint)
-    _warn_about_masked_rows(result.masked_rows, label)
     if fast and "__single__" in result.log_likelihood:
         _name_the_single_log_likelihood(result, model, first, args, kwargs, plate_name)
     if want_log_likelihood and not result.log_likelihood:
