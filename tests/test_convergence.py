@@ -33,6 +33,7 @@ from pyro_sgmcmc import (
     SGLD,
     BayesianMLP,
     ResumableMCMC,
+    _arviz,
     run_chains,
     to_inference_data,
 )
@@ -447,6 +448,11 @@ def test_a_spent_budget_says_so(y):
         result = run_chains(kernel, y, num_chains=2, num_samples=10, warmup_steps=30,
                             target_ess=1e9, max_seconds=0.5)  # fmt: skip
     assert not result.verdict.converged
+    # the export records the target, and the report judges as the run did
+    idata = result.to_inference_data()
+    assert _arviz.get_group(idata, "posterior").attrs["target_ess"] == 1e9
+    report = convergence_report(idata)
+    assert not report.verdict.converged and "< 1000000000" in str(report.verdict)
 
 
 def test_the_first_round_is_sized_by_the_pace_of_the_kept_draws(y):
@@ -808,6 +814,10 @@ def test_the_end_of_run_warning_of_a_network_names_sghmc_for_overdamped_kernels(
         ({"a": (3, 4), "b": (5, 6)}, False),  # two matrices that cannot be stacked
         ({"w1": (1, 4), "w2": (1, 1)}, False),  # a hidden layer of one unit cannot be permuted
         ({"fc1.weight": (8, 1), "fc2.weight": (1, 8)}, True),  # one input, one output
+        ({"mu": (2,), "tau": (2,), "L": (2, 2), "z": (8, 2)}, False),  # varying slopes, LKJ
+        ({"L": (3, 3), "z": (40, 3), "sigma": ()}, False),
+        ({"fc1.weight": (4, 3), "fc2.weight": (1, 4)}, True),  # a narrow network
+        ({"fc1.weight": (6, 6), "fc2.weight": (6, 6), "fc3.weight": (1, 6)}, True),  # square
     ],
 )
 def test_networks_are_told_by_stacked_weight_shapes(shapes, network):

@@ -569,32 +569,57 @@ def _masked(x, y, mask):
         pyro.sample("obs", dist.Normal(b * x[idx], 0.7), obs=y[idx])
 
 
-def test_masked_rows_are_left_out_of_the_log_likelihood():
-    """Rows that poutine.mask leaves out are not observations: the log-likelihood (and so
-    az.loo) holds the observed rows only, each row's own value, with the kept rows' numbers as
-    coordinates; the data and the predictive draws keep every row."""
+def _masked_distribution(x, y, mask):
+    b = pyro.sample("b", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", x.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(b * x[idx], 0.7).mask(mask[idx]), obs=y[idx])
+
+
+@pytest.mark.parametrize("model", [_masked, _masked_distribution], ids=["poutine", "dist"])
+def test_masked_rows_are_left_out_of_the_data_groups(model):
+    """Rows that poutine.mask or a masked distribution leaves out are not observations: the
+    log-likelihood (and so az.loo), the observed data and the predictive draws hold the observed
+    rows only, each row's own value, with the kept rows' numbers as coordinates."""
     x = torch.linspace(-1.0, 1.0, 8)
     y = 0.5 * x + 0.1 * torch.arange(8.0)
     mask = torch.arange(8) % 4 != 0
+    kept = np.flatnonzero(mask.numpy())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run = run_chains(SGLD(_masked, step_size=1e-3, batch_size=4, seed=0), x, y, mask,
+        run = run_chains(SGLD(model, step_size=1e-3, batch_size=4, seed=0), x, y, mask,
                          num_chains=2, num_samples=20, warmup_steps=2)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a correct export of a masked model says nothing
         idata = to_inference_data(run)
         chunked = to_inference_data(run, chunk_size=3)
     masked = _arviz.get_group(idata, "log_likelihood")["obs"]
-    assert masked.equals(_arviz.get_group(chunked, "log_likelihood")["obs"])
     assert masked.dims == ("chain", "draw", "data_observed")
-    np.testing.assert_array_equal(masked["data_observed"].values, np.flatnonzero(mask.numpy()))
+    np.testing.assert_array_equal(masked["data_observed"].values, kept)
+    assert masked.equals(_arviz.get_group(chunked, "log_likelihood")["obs"])
     b = torch.as_tensor(_arviz.get_group(idata, "posterior")["b"].values).unsqueeze(-1)
     expected = dist.Normal(b * x[mask], 0.7).log_prob(y[mask]).double().numpy()
     np.testing.assert_allclose(masked.values, expected, rtol=1e-6)
-    assert _arviz.get_group(idata, "observed_data")["obs"].shape == (8,)
-    assert _arviz.get_group(idata, "posterior_predictive")["obs"].shape == (2, 20, 8)
+    observed = _arviz.get_group(idata, "observed_data")["obs"]
+    np.testing.assert_array_equal(observed.values, y[mask].numpy())
+    predictive = _arviz.get_group(idata, "posterior_predictive")["obs"]
+    assert predictive.dims == masked.dims and predictive.shape == (2, 20, 6)
     reference = from_draws({"b": b.squeeze(-1).numpy()}, log_likelihood={"obs": expected})
     assert _arviz.loo(idata).elpd == pytest.approx(_arviz.loo(reference).elpd, rel=1e-6)
+
+
+def test_loo_pit_works_on_a_masked_model():
+    """az.loo_pit needs the observed data, the predictive draws and the log-likelihood on the
+    same rows: the observed ones."""
+    x = torch.linspace(-1.0, 1.0, 12)
+    mask = torch.arange(12) % 3 != 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = run_chains(SGLD(_masked, step_size=1e-3, batch_size=6, seed=0), x, x, mask,
+                         num_chains=2, num_samples=30, warmup_steps=2)  # fmt: skip
+        idata = run.to_inference_data()
+        pit = _arviz.az.loo_pit(idata) if _arviz.ARVIZ_1 else _arviz.az.loo_pit(idata, y="obs")
+    pit = np.asarray(pit["obs"] if _arviz.ARVIZ_1 else pit)
+    assert pit.shape == (8,) and np.all((pit >= 0) & (pit <= 1))
 
 
 def _two_masks(x, y, mask):
@@ -614,9 +639,11 @@ def test_sites_masked_differently_keep_their_own_rows():
         warnings.simplefilter("ignore")
         run = run_chains(SGLD(_two_masks, step_size=1e-3, batch_size=3, seed=0), x, x, mask,
                          num_chains=1, num_samples=3, warmup_steps=2)  # fmt: skip
-    log_likelihood = _arviz.get_group(to_inference_data(run), "log_likelihood")
-    assert log_likelihood["whole"].dims[-1] == "data"
-    for name, rows in (("first", [0, 1, 3]), ("second", [2, 4, 5])):
-        variable = log_likelihood[name]
-        assert variable.dims[-1] == f"data_observed_{name}"
-        np.testing.assert_array_equal(variable[variable.dims[-1]].values, rows)
+    idata = to_inference_data(run)
+    for group in ("log_likelihood", "posterior_predictive", "observed_data"):
+        dataset = _arviz.get_group(idata, group)
+        assert dataset["whole"].dims[-1] == "data"
+        for name, rows in (("first", [0, 1, 3]), ("second", [2, 4, 5])):
+            variable = dataset[name]
+            assert variable.dims[-1] == f"data_observed_{name}"
+            np.testing.assert_array_equal(variable[variable.dims[-1]].values, rows)

@@ -384,7 +384,9 @@ def convergence_report(
         :data:`OUTPUT_GROUPS`; any other group (e.g. ``sigma`` in the posterior, or
         ``log_likelihood``) is judged with the parameters' bounds and named in the verdict.
     min_ess:
-        A total bulk and tail ESS to require beyond :data:`ESS_PER_CHAIN` per chain.
+        A total bulk and tail ESS to require beyond :data:`ESS_PER_CHAIN` per chain. Default:
+        the ``target_ess`` attribute of the posterior (a ``run_chains(..., target_ess=...)``
+        run's export records it), so that the report judges as the run did.
 
     Returns
     -------
@@ -406,6 +408,8 @@ def convergence_report(
         raise ValueError(f"wall_time must be >= 0 seconds, got {wall_time}")
     if method is None:
         method = str(attrs.get("method", "unknown"))
+    if min_ess is None and "target_ess" in attrs:
+        min_ess = float(attrs["target_ess"])
     num_chains, num_draws = dataset.sizes["chain"], dataset.sizes["draw"]
     max_rhat, min_bulk, min_tail = worst_statistics(dataset)
     per_second = min_bulk / wall_time if wall_time and wall_time > 0 else math.nan

@@ -319,46 +319,74 @@ def _draw_groups(
         stats["lp"] = np.asarray(train.log_joint).reshape(num_chains, num_draws)
     if stats:
         groups["sample_stats"] = _dataset(stats, ("chain", "draw"), {}, attrs)
+    rows = _ObservedRows(train, plate_name)
     if log_likelihood:
-        groups["log_likelihood"] = _log_likelihood_dataset(inputs, train, dims, attrs)
+        values = _draws_arrays(train.log_likelihood, num_chains, num_draws)
+        groups["log_likelihood"] = rows.dataset(
+            values, ("chain", "draw"), _batch_dims(dims, train.log_likelihood), attrs,
+            {name: {0: plate_name} for name in values}, {name: 0 for name in values},
+        )  # fmt: skip
     if posterior_predictive:
         axis_names = _axis_names(train.plate_axis, plate_name)
-        groups["posterior_predictive"] = _draws_dataset(
-            train.predictive, num_chains, num_draws, dims, attrs, axis_names
+        values = _draws_arrays(train.predictive, num_chains, num_draws)
+        groups["posterior_predictive"] = rows.dataset(
+            values, ("chain", "draw"), dims, attrs, axis_names
         )
     return groups
 
 
-def _log_likelihood_dataset(
-    inputs: _Inputs, train: _Pass, dims: Mapping[str, Sequence[str]], attrs: Mapping[str, Any]
-) -> xr.Dataset:
-    """The pointwise log-likelihood, one value per row of the data plate and draw.
+def _draws_arrays(
+    values: Mapping[str, list[np.ndarray]], num_chains: int, num_draws: int
+) -> dict[str, np.ndarray]:
+    """Per-draw values listed in chain-major order as ``(chain, draw, ...)`` arrays."""
+    return {name: _reshape_draws(parts, num_chains, num_draws) for name, parts in values.items()}
 
-    Rows that ``poutine.mask`` leaves out of a site's likelihood are not observations of it, and
-    ``az.loo``, ``az.waic`` and ``az.compare`` would count each: they are left out. Such a site's
-    rows lie on a dimension of their own, ``<rows>_observed`` (``<rows>_observed_<site>`` where
-    masked sites keep different rows), whose coordinates are the kept rows' numbers in the plate.
+
+class _ObservedRows:
+    """The rows each observed site's data-shaped groups keep: all, but for a site of which
+    ``poutine.mask`` or a masked distribution leaves rows out of the likelihood.
+
+    Masked rows are not observations of the site: ``az.loo``, ``az.waic`` and ``az.compare``
+    would count each, and ``az.loo_pit`` and posterior predictive checks need the site's
+    ``log_likelihood``, ``posterior_predictive`` and ``observed_data`` on the same rows. Those
+    groups keep the observed rows only, on a dimension of their own, ``<rows>_observed``
+    (``<rows>_observed_<site>`` where masked sites keep different rows), whose coordinates are
+    the kept rows' numbers in the plate.
     """
-    num_chains, num_draws = inputs.shape
-    batch_dims = _batch_dims(dims, train.log_likelihood)
-    values = {
-        name: _reshape_draws(parts, num_chains, num_draws)
-        for name, parts in train.log_likelihood.items()
-    }
-    axis_names = {name: {0: inputs.plate_name} for name in values}
-    masked = {name: rows for name, rows in train.observed_rows.items() if name in values}
-    one_per_site = len({rows.tobytes() for rows in masked.values()}) > 1
-    coords = {}
-    for name, rows in masked.items():
-        values[name] = values[name][:, :, rows]
-        row_dim = batch_dims[name][0] if name in batch_dims else inputs.plate_name
-        kept = f"{row_dim}_observed" + (f"_{name}" if one_per_site else "")
-        if name in batch_dims:
-            batch_dims[name] = [kept, *batch_dims[name][1:]]
-        axis_names[name] = {0: kept}
-        coords[kept] = np.flatnonzero(rows)
-    dataset = _dataset(values, ("chain", "draw"), batch_dims, attrs, axis_names)
-    return dataset.assign_coords(coords)
+
+    def __init__(self, train: _Pass, plate_name: str) -> None:
+        self.kept = {name: np.flatnonzero(rows) for name, rows in train.observed_rows.items()}
+        self.plate_axis = train.plate_axis
+        self.plate_name = plate_name
+        self.per_site = len({rows.tobytes() for rows in train.observed_rows.values()}) > 1
+
+    def dataset(
+        self,
+        values: Mapping[str, np.ndarray],
+        leading: Sequence[str],
+        dims: Mapping[str, Sequence[str]],
+        attrs: Mapping[str, Any],
+        axis_names: Mapping[str, Mapping[int, str]],
+        row_axis: Mapping[str, int | None] | None = None,
+    ) -> xr.Dataset:
+        """``values`` as a dataset (:func:`_dataset`), each masked site's rows (its axis
+        ``row_axis[name]`` after the ``leading`` ones; default: the plate's) the kept ones."""
+        row_axis = self.plate_axis if row_axis is None else row_axis
+        values, dims = dict(values), {name: list(names) for name, names in dims.items()}
+        axis_names = {name: dict(names) for name, names in axis_names.items()}
+        coords = {}
+        for name, kept in self.kept.items():
+            axis = row_axis.get(name)
+            if name not in values or axis is None:
+                continue
+            values[name] = np.take(values[name], kept, axis=len(leading) + axis)
+            own = dims[name][axis] if name in dims else self.plate_name
+            dim = f"{own}_observed" + (f"_{name}" if self.per_site else "")
+            if name in dims:
+                dims[name][axis] = dim
+            axis_names.setdefault(name, {})[axis] = dim
+            coords[dim] = kept
+        return _dataset(values, leading, dims, attrs, axis_names).assign_coords(coords)
 
 
 def _data_groups(
@@ -371,10 +399,9 @@ def _data_groups(
         # the observed values come from the trace pass, which the fast path alone skips
         observed = _observed_values(inputs.model, inputs.samples, inputs.args, inputs.kwargs)
     axis_names = _axis_names(train.plate_axis, inputs.plate_name)
-    groups = {"observed_data": _dataset(observed, (), dims, {}, axis_names)}
-    constant = _arguments_dataset(
-        inputs, inputs.args, inputs.kwargs, dims, groups["observed_data"].data_vars.values()
-    )
+    rows = _ObservedRows(train, inputs.plate_name)
+    groups = {"observed_data": rows.dataset(observed, (), dims, {}, axis_names)}
+    constant = _arguments_dataset(inputs, inputs.args, inputs.kwargs, dims, observed.values())
     if constant is not None:
         groups["constant_data"] = constant
     return groups

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyro.distributions as dist
 import torch
 from pyro import poutine
 from pyro.poutine.uncondition_messenger import UnconditionMessenger
@@ -220,13 +221,34 @@ class _DrawParts:
 
 def _observed_rows(site: Mapping[str, Any], frame: Any, num_rows: int) -> torch.Tensor:
     """``(rows,)``: whether each row of the plate is in the site's likelihood, i.e. not left
-    out altogether (every entry of the row masked) by ``poutine.mask``."""
-    batch_shape = site["fn"].batch_shape
-    mask = site.get("mask")
-    if not isinstance(mask, torch.Tensor) or len(batch_shape) < -frame.dim:
-        return torch.ones(num_rows, dtype=torch.bool)
-    rows = torch.broadcast_to(mask, batch_shape).movedim(len(batch_shape) + frame.dim, 0)
-    return rows.reshape(rows.shape[0], -1).any(-1).cpu()
+    out altogether (every entry of the row masked) by ``poutine.mask`` or by a masked
+    distribution (``dist.Normal(...).mask(m)``, also inside ``to_event``)."""
+    observed = torch.ones(num_rows, dtype=torch.bool)
+    for mask, batch_shape, dim in _masks(site, frame):
+        if not isinstance(mask, torch.Tensor):
+            if mask is False:
+                observed = torch.zeros_like(observed)
+            continue
+        if len(batch_shape) < -dim:
+            continue
+        rows = torch.broadcast_to(mask, batch_shape).movedim(len(batch_shape) + dim, 0)
+        observed = observed & rows.reshape(rows.shape[0], -1).any(-1).cpu()[:num_rows]
+    return observed
+
+
+def _masks(site: Mapping[str, Any], frame: Any) -> list[tuple[Any, torch.Size, int]]:
+    """Each mask on a site with the batch shape it applies to and the plate's (negative) dim
+    in that shape: ``poutine.mask``'s, then those of masked distributions among the wrappers
+    (``to_event`` moves the plate's dim to the right by its reinterpreted dims)."""
+    fn, dim = site["fn"], frame.dim
+    found = [(site.get("mask"), fn.batch_shape, dim)]
+    while isinstance(fn, (dist.MaskedDistribution, dist.Independent)):
+        if isinstance(fn, dist.MaskedDistribution):
+            found.append((fn._mask, fn.batch_shape, dim))
+        else:
+            dim -= fn.reinterpreted_batch_ndims
+        fn = fn.base_dist
+    return found
 
 
 def _data_plate_size(model, latents, args, kwargs, plate_name) -> int:

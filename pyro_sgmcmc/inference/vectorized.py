@@ -116,6 +116,10 @@ class VectorizedResult:
     judged_at:
         The numbers of kept draws per chain at which the run was judged: once at the end of a
         fixed-length run, after every round of a run until converged.
+    target_ess:
+        The total bulk and tail ESS the verdict required (``run_chains(..., target_ess=...)``),
+        or ``None``; recorded with the export, where
+        :func:`~pyro_sgmcmc.analysis.diagnostics.convergence_report` requires it too.
     chain_reports:
         Per chain, what the warm-up chose (:func:`~pyro_sgmcmc.engine.report.sampling_report`:
         thinning, autocorrelation time, control variate, per-site steps).
@@ -132,6 +136,7 @@ class VectorizedResult:
     divergent_steps: tuple[tuple[int, ...], ...] = ()
     verdict: Verdict | None = None
     judged_at: tuple[int, ...] = ()
+    target_ess: float | None = None
     chain_reports: tuple[dict[str, Any], ...] = field(default=(), repr=False)
     model: Any = field(default=None, repr=False)
     args: tuple = field(default=(), repr=False)
@@ -165,6 +170,8 @@ class VectorizedResult:
             attrs["num_steps_per_sample"] = [int(k) for k in thinning]
         if self.verdict is not None:
             attrs["verdict"] = str(self.verdict)
+        if self.target_ess is not None:
+            attrs["target_ess"] = float(self.target_ess)
         return attrs
 
     def get_samples(self, group_by_chain: bool = False) -> dict[str, torch.Tensor]:
@@ -390,7 +397,7 @@ def run_chains(
             warn_all([rounds.message(verdict) + advice(kernel.algorithm, verdict)
                       + warmup_advice([chains.engine.thinning_meter])])  # fmt: skip
     result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs, verdict)
-    result = dataclasses.replace(result, judged_at=tuple(rounds.judged_at))
+    result = dataclasses.replace(result, judged_at=tuple(rounds.judged_at), target_ess=target_ess)
     return _gathered(result, saver) if distribute_chains else result
 
 
