@@ -455,6 +455,31 @@ def test_a_spent_budget_says_so(y):
     assert not report.verdict.converged and "< 1000000000" in str(report.verdict)
 
 
+def test_a_run_that_spent_its_budget_resumes_as_it_ended(y, tmp_path):
+    """max_seconds is the budget of the whole run: resumed with the same budget, a run whose
+    rounds spent it returns its draws as they were (it once drew a new budget's worth at each
+    resume); given a larger one, it draws on within the difference."""
+    path = tmp_path / "budget.ckpt"
+
+    def kernel():
+        return SGLD(normal_mean, batch_size=20, num_steps_per_sample=1, seed=0)
+
+    options = {"num_chains": 2, "num_samples": 10, "warmup_steps": 30, "target_ess": 1e9}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = run_chains(kernel(), y, checkpoint_path=path, max_seconds=1.0, **options)
+        again = run_chains(kernel(), y, resume_from=path, checkpoint_path=path,
+                           max_seconds=1.0, **options)  # fmt: skip
+        budget = first.sampling_time + 2.0  # whatever the machine's pace: 2 s left
+        longer = run_chains(kernel(), y, resume_from=path, max_seconds=budget, **options)
+    assert not again.verdict.converged
+    assert again.num_draws == first.num_draws
+    assert torch.equal(again.samples["mu"], first.samples["mu"])
+    assert again.sampling_time > 0.9 and first.sampling_time > 0.9  # the seconds before count
+    assert longer.num_draws > first.num_draws
+    assert torch.equal(longer.samples["mu"][:, : first.num_draws], first.samples["mu"])
+
+
 def test_the_first_round_is_sized_by_the_pace_of_the_kept_draws(y):
     """Each kept draw takes at least 50 ms here (the callback): whatever the verdict asks, the
     first round holds no more draws than fit in what is left of the 2 s budget (it was once

@@ -322,7 +322,10 @@ def run_chains(
         the time its verdict will take (in proportion to the draws) to end within it, and
         none starts once it is spent (the warm-up and the first
         ``num_samples`` draws are always made). Alone, it runs rounds until the default
-        bounds are met.
+        bounds are met. A resumed run's budget counts the seconds it sampled before it was
+        stopped (so does its ``sampling_time``), and a run whose rounds spent their budget
+        resumes as it ended, with no more draws (given a larger ``max_seconds``, it draws on
+        within the difference).
     test, test_kwargs:
         Positional (and keyword) model arguments of a test set, e.g. ``(x_test,)``: a network
         is judged on its outputs at every test row -- those ``to_inference_data(result, ...,
@@ -381,7 +384,8 @@ def run_chains(
             saver.restore(resume_from)
         outputs = _judged_outputs(chains, test_set)
         setup_time = time.perf_counter() - setup_start
-        sampling_start = time.perf_counter()
+        # a resumed run's budget and sampling time count the seconds it sampled before
+        sampling_start = saver.sampling_start = time.perf_counter() - saver.seconds_before
         if max_seconds is not None:  # a warm-up that would go on is held to the budget
             chains.engine.deadline = sampling_start + max_seconds
         _sample(chains, recorder, warmup_steps + num_samples, callback, saver, (args, kwargs))
@@ -390,6 +394,7 @@ def run_chains(
         rounds = _Rounds(chains, recorder, target_ess, max_seconds, sampling_start,
                          num_samples, num_chains, outputs,
                          shared=saver if distribute_chains else None)  # fmt: skip
+        rounds.ended = max_seconds is not None and max_seconds <= (saver.budget_spent or 0.0)
         verdict = _draw_rounds(rounds, chains, recorder, callback, saver, (args, kwargs))
         sampling_time = time.perf_counter() - sampling_start
         warn_all(chains.final_messages(recorder.stacked()))
@@ -413,6 +418,10 @@ def _draw_rounds(rounds, chains, recorder, callback, saver, data) -> Verdict:
         _sample(chains, recorder, saver.round_target, callback, saver, data)
         saver.policy.write(saver.payload())
         verdict = rounds.judge()
+    if rounds.spent and rounds.max_seconds is not None and not rounds.ended:
+        # a resumed run with this budget returns the draws as they are
+        saver.budget_spent = rounds.max_seconds
+        saver.policy.write(saver.payload())
     return verdict
 
 
@@ -484,6 +493,8 @@ class _Rounds:
         self.kept_since = recorder.clock or (time.perf_counter(), recorder.count)
         self.outputs = outputs
         self.spent = False
+        #: The time budget was spent by the run this one resumes: no more rounds.
+        self.ended = False
         self.judged_at: list[int] = []
         #: seconds of the last verdict, and its draws per chain: a verdict over many outputs
         #: (a classifier's at a few hundred test rows) takes seconds, in proportion to draws
@@ -535,6 +546,9 @@ class _Rounds:
                 self.spent = True
                 return 0
             return min(wanted, self.max_draws - count)
+        if self.ended:
+            self.spent = True
+            return 0
         now = time.perf_counter()
         left = self.max_seconds - (now - self.started)
         since, drawn = self.kept_since
@@ -631,6 +645,12 @@ class _Saver:
         self.run, self.fingerprint, self.policy = run, fingerprint, policy
         #: The draws (warm-up included) the current round of a run until converged ends at.
         self.round_target: int | None = None
+        #: Seconds sampled by the processes before this one (a resumed run), and when this
+        #: process's sampling would have started had it run them too (``perf_counter``).
+        self.seconds_before = 0.0
+        self.sampling_start: float | None = None
+        #: The ``max_seconds`` whose budget the run's rounds spent (``None`` while not spent).
+        self.budget_spent: float | None = None
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -643,8 +663,16 @@ class _Saver:
             "engine": self.chains.engine.state_dict(),
             "recorder": self.recorder.state_dict(),
             "round_target": self.round_target,
+            "sampling_seconds": self.sampling_seconds(),
+            "budget_spent": self.budget_spent,
             "written_at": time.time(),
         }
+
+    def sampling_seconds(self) -> float:
+        """Seconds the run has sampled, the processes before this one included."""
+        if self.sampling_start is None:
+            return self.seconds_before
+        return time.perf_counter() - self.sampling_start
 
     def after_draw(self, interrupted: int | None) -> None:
         """Write a checkpoint if one is due; on an interrupt (the signal's number), write one
@@ -702,6 +730,8 @@ class _Saver:
         restore_state(self.chains.engine, payload["engine"], "engine", path)
         restore_state(self.recorder, payload["recorder"], "recorder", path)
         self.round_target = payload.get("round_target")
+        self.seconds_before = float(payload.get("sampling_seconds", 0.0))
+        self.budget_spent = payload.get("budget_spent")
 
 
 def _sample(
