@@ -416,6 +416,24 @@ def test_nothing_is_overwritten_without_being_asked(saved, tmp_path):
     ).run(Y)  # fmt: skip
     assert load_checkpoint(notes)["run"]["num_samples"] == SAMPLES
     ResumableMCMC.resume(saved, KERNELS["sgld"](seed=0), Y, disable_progbar=True)
+    # resume() takes overwrite=True too, as its refusal advises
+    other = tmp_path / "other.txt"
+    other.write_text("mine")
+    with pytest.raises(CheckpointError, match=r"refusing to overwrite it .* overwrite=True"):
+        ResumableMCMC.resume(saved, KERNELS["sgld"](seed=0), Y, checkpoint_path=other)
+    assert other.read_text() == "mine"
+    resumed = ResumableMCMC.resume(saved, KERNELS["sgld"](seed=0), Y, checkpoint_path=other,
+                                   overwrite=True, disable_progbar=True)  # fmt: skip
+    assert resumed.get_samples()["mu"].shape[0] == SAMPLES
+
+
+def test_the_same_data_by_keyword_resume_the_run(saved):
+    """Data passed by keyword to the model's positional parameter are the same data."""
+    reference = ResumableMCMC.resume(saved, KERNELS["sgld"](seed=0), Y, disable_progbar=True)
+    by_keyword = ResumableMCMC.resume(saved, KERNELS["sgld"](seed=0), y=Y, disable_progbar=True)
+    assert torch.equal(by_keyword.get_samples()["mu"], reference.get_samples()["mu"])
+    with pytest.raises(CheckpointError, match="data given to run"):
+        ResumableMCMC.resume(saved, KERNELS["sgld"](seed=0), y=Y + 1, disable_progbar=True)
 
 
 def test_temporary_files_of_a_killed_writer_are_removed(saved, tmp_path):

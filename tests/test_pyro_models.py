@@ -13,6 +13,7 @@ from __future__ import annotations
 import warnings
 
 import pyro
+import pyro.distributions as dist
 import pytest
 import torch
 from pyro.infer import MCMC, NUTS, Predictive
@@ -230,3 +231,11 @@ def test_defaults_sample_the_hierarchical_model_like_nuts():
     result = run_chains(SGHMC(varying_intercepts, batch_size=200, seed=4), group, num_groups, y,
                         num_chains=4, num_samples=2000, warmup_steps=2000)  # fmt: skip
     _assert_means_agree(result.samples, reference, ["mu", "tau", "sigma", "a"])
+
+
+def test_global_sites_first_names_what_it_wraps():
+    def function_model(x):
+        return pyro.sample("w", dist.Normal(0.0, 1.0))
+
+    with pytest.raises(TypeError, match=r"GlobalSitesFirst wraps a PyroModule .* got function"):
+        GlobalSitesFirst(function_model)

@@ -265,7 +265,7 @@ class ResumableMCMC(MCMC):
         """
         args = tuple(a.detach() if torch.is_tensor(a) else a for a in args)
         self._args, self._kwargs = args, kwargs
-        self._fingerprint = data_fingerprint(args, kwargs)
+        self._fingerprint = data_fingerprint(args, kwargs, getattr(self.kernel, "model", None))
         self._samples = None
         self.interrupted = False
         self._consistent = True
@@ -286,6 +286,7 @@ class ResumableMCMC(MCMC):
         hook_fn: Callable | None = None,
         disable_progbar: bool = False,
         checkpoint_path: str | os.PathLike | None = None,
+        overwrite: bool = False,
         **kwargs,
     ) -> ResumableMCMC:
         """Continue the run saved in ``path`` to its end and return it.
@@ -294,7 +295,8 @@ class ResumableMCMC(MCMC):
         ``draw_dtype``, ``save_params``, ``initial_params``) are read from the file; ``kernel``
         must be built as the saved one (same class and hyper-parameters) on the same model,
         and ``*args, **kwargs`` are the same data. Checkpoints go on to ``checkpoint_path``
-        (default: ``path`` itself).
+        (default: ``path`` itself), which ``overwrite=True`` lets replace a file that is not
+        this run's checkpoint (as in the constructor).
         """
         payload = load_checkpoint(path, _REQUIRED)
         _check_entries(payload, path)
@@ -312,6 +314,7 @@ class ResumableMCMC(MCMC):
             checkpoint_every=settings.get("checkpoint_every"),
             checkpoint_seconds=settings.get("checkpoint_seconds"),
             draw_dtype=getattr(torch, settings["draw_dtype"]) if settings["draw_dtype"] else None,
+            overwrite=overwrite,
         )
         if mcmc.initial_params is not None and settings["num_chains"] == 1:
             mcmc.initial_params = settings["initial_params"]

@@ -24,6 +24,7 @@ writes the continued run's checkpoints to the same file, which is allowed).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import math
 import os
@@ -194,9 +195,13 @@ def _written_by(entries: Mapping[str, Any] | Sequence[str]) -> str | None:
     return "ResumableMCMC" if "chains" in entries else None
 
 
-def data_fingerprint(args: tuple, kwargs: Mapping[str, Any]) -> str:
+def data_fingerprint(args: tuple, kwargs: Mapping[str, Any], model: Any = None) -> str:
     """A BLAKE2b digest of the model arguments: tensors by dtype, shape and bytes, other
-    values by type and ``repr`` when that is stable (no memory address)."""
+    values by type and ``repr`` when that is stable (no memory address). Given the ``model``,
+    the arguments are taken as its signature binds them, so that data passed by keyword to a
+    positional parameter (``run(x=x, y=y)``) are the same data as passed by position."""
+    if model is not None:
+        args, kwargs = _as_bound(model, args, kwargs)
     digest = hashlib.blake2b(digest_size=16)
     named = [(str(i), a) for i, a in enumerate(args)] + sorted(
         (str(k), v) for k, v in kwargs.items()
@@ -212,6 +217,17 @@ def data_fingerprint(args: tuple, kwargs: Mapping[str, Any]) -> str:
         else:
             digest.update(type(value).__qualname__.encode())
     return digest.hexdigest()
+
+
+def _as_bound(model: Any, args: tuple, kwargs: Mapping[str, Any]) -> tuple[tuple, Mapping]:
+    """``(args, kwargs)`` as ``model``'s signature binds them: its positional parameters in
+    ``args`` however they were passed (unchanged where the signature cannot be read or bound)."""
+    target = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        bound = inspect.signature(target).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return args, kwargs
+    return bound.args, bound.kwargs
 
 
 def global_rng_state() -> dict[str, Any]:

@@ -363,7 +363,7 @@ def run_chains(
     run = {"num_chains": num_chains, "num_samples": num_samples, "warmup_steps": warmup_steps}
     if target_ess is not None:
         run["target_ess"] = target_ess
-    fingerprint = data_fingerprint(args, kwargs)
+    fingerprint = data_fingerprint(args, kwargs, kernel.model)
     settings, local = kernel.settings, range(num_chains)
     if distribute_chains:
         settings, local = _distribute_chains(kernel, run, fingerprint)

@@ -207,6 +207,12 @@ class GlobalSitesFirst:
     """
 
     def __init__(self, module: PyroModule) -> None:
+        if not isinstance(module, PyroModule):
+            raise TypeError(
+                "GlobalSitesFirst wraps a PyroModule (its PyroSample attributes are what it "
+                f"samples first), got {type(module).__name__}: a model function samples its "
+                "global sites itself; call pyro.sample for them before the data plate"
+            )
         self.module = module
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
