@@ -250,24 +250,24 @@ def test_a_time_budget_skips_the_methods_not_started_with_jobs(tmp_path, capsys)
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--dataset", "mnist"], "dataset must be one of linear, sinusoid"),
+        (["--dataset", "mnist"], "--dataset must be one of linear, sinusoid"),
         (["--dataset", "bimodal"], "dataset must be one of"),
-        (["--methods", "nuts,hmc"], "unknown method(s) 'hmc'; valid ones are nuts, sghmc"),
+        (["--methods", "nuts,hmc"], "--methods: unknown method(s) 'hmc'; valid ones are nuts"),
         (["--methods", "nuts,nuts"], "must not repeat"),
-        (["--chains", "0"], "chains must be an integer >= 1"),
-        (["--num-samples", "-3"], "num_samples must be an integer >= 1"),
-        (["--friction", "1.5"], "friction must lie in (0.0, 1.0]"),
+        (["--chains", "0"], "--chains must be an integer >= 1"),
+        (["--num-samples", "-3"], "--num-samples must be an integer >= 1"),
+        (["--friction", "1.5"], "--friction must lie in (0.0, 1.0]"),
         (["--integrator", "midpoint"], "argument --integrator/--sgld-integrator: invalid choice"),
-        (["--sgld-lr", "0"], "sgld_learning_rate must be > 0"),
-        (["--activation", "cosh"], "activation must be one of tanh"),
+        (["--sgld-lr", "0"], "--sgld-lr must be > 0"),
+        (["--activation", "cosh"], "--activation must be one of tanh"),
         (["--prior", "laplace"], "prior must be one of normal"),
         (["--noise", "student"], "noise must be one of auto"),
         (["--hidden", "4,x"], "argument --hidden"),
         (["--hidden", "8,,8"], "argument --hidden: expected integers such as 16,16, got an empty"),
         (["--methods", "sghmc,"], "argument --methods: expected method names, got an empty entry"),
-        (["--max-tree-depth", "40"], "max_tree_depth must lie in"),
-        (["--test-fraction", "1"], "test_fraction must lie in"),
-        (["--time-budget", "-1"], "time_budget must be > 0"),
+        (["--max-tree-depth", "40"], "--max-tree-depth must lie in"),
+        (["--test-fraction", "1"], "--test-fraction must lie in"),
+        (["--time-budget", "-1"], "--time-budget must be > 0"),
         (["--batch-size", "many"], "argument --batch-size: invalid int value"),
     ],
 )
@@ -536,6 +536,12 @@ def test_sample_on_a_built_in_set_and_its_bad_arguments(tmp_path, capsys, monkey
     with pytest.raises(SystemExit):
         main(["sample", "hmc", *FEW])
     assert "argument METHOD: invalid choice: 'hmc'" in capsys.readouterr().err
+    # another method's option is ignored, and the command says so
+    other = ["--psgld-lr", "0.1", "-o", "b.nc"]
+    assert main(["sample", "svi", "--dataset", "wine", *other, *FEW]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --psgld-lr (applies to psgld), --nuts-num-samples (applies to nuts)" in err
+    assert "ignored: svi does not use them" in err and "--svi-steps" not in err
 
 
 def test_sample_exits_1_when_the_method_fails(tmp_path, capsys):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -389,8 +390,52 @@ def _config(args: argparse.Namespace, **overrides: Any) -> CompareConfig:
     try:
         return CompareConfig(**values)
     except (ValueError, TypeError) as error:
-        args.subparser.error(str(error))
+        args.subparser.error(_in_flags(str(error), args.subparser))
         raise  # pragma: no cover (error() exits)
+
+
+def _in_flags(message: str, parser: argparse.ArgumentParser) -> str:
+    """``message`` (the configuration's, in Python's terms) with the command's flags for its
+    argument names: ``batch_size must be ...`` as ``--batch-size must be ...`` and
+    ``task='classification'`` as ``--task classification``."""
+    for action in parser._actions:
+        if not action.option_strings or action.dest in ("help", argparse.SUPPRESS):
+            continue
+        flag, name = action.option_strings[-1], re.escape(action.dest)
+        message = re.sub(rf"\b{name}=(['\"]?)([^'\",;) ]*)\1", rf"{flag} \2", message)
+        if "_" in action.dest:  # an identifier, not a word of the text
+            message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
+        else:  # a word: only as the subject of the message
+            message = re.sub(rf"^{name}(?=:| must )", flag, message)
+    return message
+
+
+#: The options that set one method's settings, and those methods: ``sample`` with another
+#: method ignores them, and says so.
+METHOD_OPTIONS = {
+    "sgld_learning_rate": ("sgld",),
+    "sghmc_learning_rate": ("sghmc",),
+    "psgld_learning_rate": ("psgld",),
+    "friction": ("sghmc",),
+    "integrator": ("sgld", "psgld"),
+    "nuts_num_samples": ("nuts",),
+    "nuts_warmup": ("nuts",),
+    "max_tree_depth": ("nuts",),
+    "nuts_target_accept": ("nuts",),
+    "nuts_init_steps": ("nuts",),
+    "svi_steps": ("svi",),
+    "svi_learning_rate": ("svi",),
+}
+
+
+def _ignored_options(args: argparse.Namespace) -> list[str]:
+    """The flags given to ``sample`` that set another method's settings than the one it runs."""
+    flags = {a.dest: a.option_strings[0] for a in args.subparser._actions if a.option_strings}
+    return [
+        f"{flags.get(dest, dest)} (applies to {' and '.join(methods)})"
+        for dest, methods in METHOD_OPTIONS.items()
+        if dest in vars(args) and args.method not in methods
+    ]
 
 
 def _logger(args: argparse.Namespace) -> Callable[[str], None] | None:
@@ -405,7 +450,8 @@ def _compare(args: argparse.Namespace) -> int:
         results = run_comparison(config, log=_logger(args))
     except (OSError, ImportError, ValueError) as error:
         # raised before any sampling: unusable output directory, data or optional package
-        print(f"pyro-sgmcmc compare: error: {error}", file=sys.stderr)
+        print(f"pyro-sgmcmc compare: error: {_in_flags(str(error), args.subparser)}",
+              file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     print()
     print(
@@ -436,6 +482,11 @@ def _written(files: Sequence[str]) -> str:
 
 
 def _sample(args: argparse.Namespace) -> int:
+    ignored = _ignored_options(args)
+    if ignored:
+        them = "them" if len(ignored) > 1 else "it"
+        print(f"pyro-sgmcmc sample: warning: {', '.join(ignored)} ignored: {args.method} does "
+              f"not use {them}", file=sys.stderr)  # fmt: skip
     rank = 0
     if args.distributed is not None:
         from ..engine.distributed import init_distributed, world
@@ -460,7 +511,8 @@ def _sample(args: argparse.Namespace) -> int:
             config, args.method, output, overwrite=args.overwrite, log=_logger(args)
         )
     except (OSError, ImportError, ValueError) as error:
-        print(f"pyro-sgmcmc sample: error: {error}", file=sys.stderr)
+        print(f"pyro-sgmcmc sample: error: {_in_flags(str(error), args.subparser)}",
+              file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     result, data = outcome.result, outcome.data
     row = ComparisonResults(config, data.name, data.task, data.num_train, data.num_test, [result])
