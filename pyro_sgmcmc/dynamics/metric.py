@@ -73,5 +73,11 @@ class DenseMetric(NamedTuple):
 
     def scaled(self, factor: torch.Tensor) -> DenseMetric:
         r""":math:`S P S` with :math:`S = \operatorname{diag}(s)`, ``factor`` :math:`s` of shape
-        ``(C, D)`` (still symmetric positive definite; its root is recomputed)."""
-        return DenseMetric.from_matrix(factor.unsqueeze(-1) * self.matrix * factor.unsqueeze(-2))
+        ``(C, D)`` (still symmetric positive definite; its root is recomputed). A chain whose
+        factor is all ones keeps its metric as it is, bit for bit (a decomposition and product
+        would round it anew: the other chains stacked with it would change it)."""
+        new = DenseMetric.from_matrix(factor.unsqueeze(-1) * self.matrix * factor.unsqueeze(-2))
+        changed = (factor != 1).any(-1).reshape(-1, 1, 1)
+        return DenseMetric(
+            torch.where(changed, new.matrix, self.matrix), torch.where(changed, new.root, self.root)
+        )
