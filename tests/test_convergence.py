@@ -498,13 +498,13 @@ def test_the_rounds_leave_room_in_the_budget_for_their_verdicts(y, monkeypatch):
     test rows take seconds): the rounds are sized so that the run, verdicts included, ends
     within its 4 s budget, up to the timing noise of a loaded machine (they once filled the
     budget with draws, and the last verdict overran it: here by 0.75 s)."""
-    import pyro_sgmcmc.inference.vectorized as vectorized
+    import pyro_sgmcmc.inference.rounds as rounds
 
     def slow_verdict(samples, *args, **kwargs):
         time.sleep(0.016 * next(iter(samples.values())).shape[1])
         return run_verdict(samples, *args, **kwargs)
 
-    monkeypatch.setattr(vectorized, "run_verdict", slow_verdict)
+    monkeypatch.setattr(rounds, "run_verdict", slow_verdict)
     kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=1, seed=0)
     with pytest.warns(SamplerWarning, match=r"budget of max_seconds=4 is spent"):
         result = run_chains(kernel, y, num_chains=2, num_samples=50, warmup_steps=30,

@@ -27,7 +27,6 @@ Statistical Science 7(4), 1992 (over-dispersed starts for R-hat).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import signal
 import time
@@ -48,7 +47,7 @@ from .._validation import (
 )
 from ..analysis.diagnostics import Verdict, advice
 from ..analysis.export_checks import checked_test_set
-from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, run_verdict, where_judged
+from ..analysis.function_space import HeldOutOutputDraws, OutputDraws
 from ..engine.build import PreparedChains, prepare_chains
 from ..engine.distributed import (
     agreed_seed,
@@ -75,6 +74,7 @@ from .checkpoint_files import (
     load_checkpoint,
     restore_state,
 )
+from .rounds import _Rounds
 
 __all__ = ["VectorizedResult", "run_chains"]
 
@@ -312,8 +312,9 @@ def run_chains(
         100 per chain) and, while it has not converged, draw more in rounds (each as many
         draws as the verdict's "run about k times longer" asks, at least a tenth more), until
         it converges or ``max_seconds`` are spent (without ``max_seconds``: until
-        :data:`ROUNDS_LIMIT` times ``max(num_samples, target_ess / num_chains)`` draws per
-        chain, so that a run that cannot converge ends).
+        :data:`~pyro_sgmcmc.inference.rounds.ROUNDS_LIMIT` times
+        ``max(num_samples, target_ess / num_chains)`` draws per chain, so that a run that cannot
+        converge ends).
         The draws are those of a fixed-length run of the same total length, bit for bit;
         checkpoints are written after each round and a resumed run goes on with its rounds.
     max_seconds:
@@ -437,12 +438,6 @@ def _check_budget(
             None if max_seconds is None else float(max_seconds))  # fmt: skip
 
 
-#: Without ``max_seconds``, a run until converged (``target_ess``) stops at this many times
-#: ``max(num_samples, target_ess / num_chains)`` draws per chain (a run that cannot converge
-#: must still end).
-ROUNDS_LIMIT = 10
-
-
 def _check_flags(callback: Any, **flags: Any) -> None:
     """Refuse a ``callback`` that cannot be called and flags that are not ``True`` or ``False``."""
     if callback is not None and not callable(callback):
@@ -464,123 +459,6 @@ def _judged_outputs(
     outputs = HeldOutOutputDraws(structure.model, chains.data[0], structure.plate.name, *test_set)
     outputs.check(chains.constrain(chains.draw()))
     return outputs
-
-
-class _Rounds:
-    """Judges a run after its draws and, for a run until converged, sizes its next round.
-
-    With the chains shared among the ranks of a process group (``shared``: the run's
-    :class:`_Saver`, which says where a failed run resumes from), every rank judges the draws
-    of all chains (gathered), the ranks take rank 0's verdict and agree on each round's size,
-    the smallest any rank's time budget allows: every rank draws the same rounds and stops
-    together, with the verdict of the whole run.
-    """
-
-    def __init__(
-        self, chains, recorder, target_ess, max_seconds, started: float, num_samples: int,
-        num_chains: int, outputs: OutputDraws | HeldOutOutputDraws, shared: Any = None,
-    ) -> None:  # fmt: skip
-        self.shared = shared
-        self.chains, self.recorder = chains, recorder
-        # without a time budget, the rounds stop at ROUNDS_LIMIT times the draws a chain needs
-        needed = max(num_samples, math.ceil((target_ess or 0) / num_chains))
-        self.max_draws = None if max_seconds is not None else ROUNDS_LIMIT * needed
-        self.target_ess, self.max_seconds = target_ess, max_seconds
-        self.wanted = target_ess is not None or max_seconds is not None
-        self.started = started
-        # the kept draws' pace from the first one this process recorded (not from now: the
-        # first round would be sized by the time of a verdict alone, and overrun the budget)
-        self.kept_since = recorder.clock or (time.perf_counter(), recorder.count)
-        self.outputs = outputs
-        self.spent = False
-        #: The time budget was spent by the run this one resumes: no more rounds.
-        self.ended = False
-        self.judged_at: list[int] = []
-        #: seconds of the last verdict, and its draws per chain: a verdict over many outputs
-        #: (a classifier's at a few hundred test rows) takes seconds, in proportion to draws
-        self.last_judge: tuple[float, int] = (0.0, 1)
-
-    def judge(self) -> Verdict:
-        began = time.perf_counter()
-        self.judged_at.append(self.recorder.count)
-        samples = self.chains.constrain(self.recorder.stacked())
-        if not samples:  # keep_draws=False: nothing to judge
-            return Verdict(True, None, math.nan, math.nan, 1.0)
-        if self.shared is not None:
-            mine = {name: value.cpu() for name, value in samples.items()}
-            parts = self._gather(mine, "gathering every rank's draws to judge them")
-            device = next(iter(samples.values())).device
-            samples = {
-                name: torch.cat([part[name] for part in parts]).to(device) for name in samples
-            }
-        verdict = run_verdict(samples, self.chains.structure.model, self.outputs,
-                              min_ess=self.target_ess)  # fmt: skip
-        if self.shared is not None:  # one verdict for all: a network's outputs evaluated on
-            # different devices may differ in the last bits, and the ranks must stop together
-            verdict = self._gather(verdict, "agreeing on the verdict")[0]
-        self.last_judge = (time.perf_counter() - began, max(self.recorder.count, 1))
-        return verdict
-
-    def more_draws(self, verdict: Verdict) -> int:
-        """As many draws as the verdict asks for (at least a tenth more), within the budget
-        (every rank's, where the chains are shared among ranks)."""
-        more = self._more_draws(verdict)
-        if self.shared is not None:
-            more = min(self._gather(more, "agreeing on the next round's draws"))
-            self.spent = self.spent or more == 0
-        return more
-
-    def _gather(self, value: Any, what: str) -> list[Any]:
-        try:
-            return gather_objects(value, what)
-        except DistributedRunError as error:
-            raise self.shared.failed(error) from error
-
-    def _more_draws(self, verdict: Verdict) -> int:
-        count = self.recorder.count
-        # chains that do not move (an infinite R-hat): rounds of a finite size all the same
-        longer = verdict.longer if math.isfinite(verdict.longer) else ROUNDS_LIMIT
-        wanted = max(math.ceil(count * 1.1 * (longer - 1.0)), math.ceil(count / 10), 1)
-        if self.max_draws is not None:
-            if count >= self.max_draws:
-                self.spent = True
-                return 0
-            return min(wanted, self.max_draws - count)
-        if self.ended:
-            self.spent = True
-            return 0
-        now = time.perf_counter()
-        left = self.max_seconds - (now - self.started)
-        since, drawn = self.kept_since
-        self.kept_since = (now, count)
-        judge_seconds, judged = self.last_judge
-        per_judged_draw = judge_seconds / judged  # the round's own verdict fits in the budget
-        if count > drawn:
-            per_draw = max(now - since - judge_seconds, 0.0) / (count - drawn)
-            room = left - per_judged_draw * count
-            per_new_draw = per_draw + per_judged_draw
-            fits = int(room / per_new_draw) if per_new_draw > 0 else wanted
-        else:  # no draw timed in this process (resumed after its last one): a short round
-            fits = math.ceil(count / 10) if left > 0 else 0
-        if fits < 1:
-            self.spent = True
-            return 0
-        return min(wanted, fits)
-
-    def message(self, verdict: Verdict) -> str:
-        """The end-of-run warning of an unconverged run."""
-        count = self.recorder.count
-        text = f"run_chains: {count} draws per chain, {verdict}"
-        if self.spent and self.max_draws is not None:
-            text += (
-                f" (stopped at {ROUNDS_LIMIT} times max(num_samples, target_ess / num_chains) "
-                "draws; give max_seconds for a budget in time instead)"
-            )
-        elif self.spent:
-            text += f" (the budget of max_seconds={self.max_seconds:g} is spent)"
-        elif not self.wanted:
-            text += " (run_chains(..., target_ess=...) draws until it has)"
-        return text + where_judged(self.outputs, verdict)
 
 
 def _distribute_chains(kernel, run: dict[str, Any], fingerprint: str):
