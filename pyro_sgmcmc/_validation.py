@@ -138,7 +138,7 @@ def check_options_not_model_parameters(
     TypeError
         Naming the option and the model's parameter of the same name.
     """
-    signature = _model_signature(model)
+    signature = model_signature(model)
     if signature is None:
         return
     for name, value in given.items():
@@ -150,7 +150,9 @@ def check_options_not_model_parameters(
             )
 
 
-def _model_signature(model: Callable[..., Any]) -> inspect.Signature | None:
+def model_signature(model: Callable[..., Any]) -> inspect.Signature | None:
+    """The signature a model is called with (a module's ``forward``), or ``None`` where it
+    cannot be read."""
     target = model.forward if isinstance(model, torch.nn.Module) else model
     try:
         return inspect.signature(target)
@@ -173,7 +175,7 @@ def check_model_kwargs(
         Naming the unknown argument, the closest option or parameter name, the caller's options
         and the model's parameters.
     """
-    signature = _model_signature(model)
+    signature = model_signature(model)
     if signature is None:
         return
     parameters = signature.parameters.values()

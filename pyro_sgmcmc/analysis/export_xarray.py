@@ -17,6 +17,8 @@ import numpy as np
 import torch
 import xarray as xr
 
+from .._validation import model_signature
+
 __all__: list[str] = []
 
 
@@ -117,11 +119,8 @@ def _leading_plate_axis(
 
 
 def _argument_names(model: Callable[..., Any], num_args: int) -> list[str]:
-    target = model.forward if isinstance(model, torch.nn.Module) else model
-    try:
-        params = list(inspect.signature(target).parameters.values())
-    except (TypeError, ValueError):
-        params = []
+    signature = model_signature(model)
+    params = [] if signature is None else list(signature.parameters.values())
     names = []
     for k in range(num_args):
         if k < len(params) and params[k].kind in (

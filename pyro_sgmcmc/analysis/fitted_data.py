@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from .._validation import as_tensor_arguments
+from .._validation import as_tensor_arguments, model_signature
 from .export_xarray import _argument_names
 
 __all__ = ["check_fitted_data", "describe_value"]
@@ -81,11 +81,12 @@ def _bound(
     """The call's arguments by parameter name (``args[i]`` for those of ``*args``, the keyword
     for those of ``**kwargs``), defaults filled in; ``None`` where the signature cannot be read
     or does not take the call."""
-    target = model.forward if isinstance(model, torch.nn.Module) else model
+    signature = model_signature(model)
     try:
-        signature = inspect.signature(target)
-        bound = signature.bind(*args, **kwargs)
-    except (TypeError, ValueError):
+        bound = signature.bind(*args, **kwargs) if signature is not None else None
+    except TypeError:
+        bound = None
+    if bound is None:
         return None
     passed = set(bound.arguments)
     bound.apply_defaults()

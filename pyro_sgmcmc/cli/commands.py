@@ -398,12 +398,10 @@ def _in_flags(message: str, parser: argparse.ArgumentParser) -> str:
     """``message`` (the configuration's, in Python's terms) with the command's flags for its
     argument names: ``batch_size must be ...`` as ``--batch-size must be ...`` and
     ``task='classification'`` as ``--task classification``."""
-    for action in parser._actions:
-        if not action.option_strings or action.dest in ("help", argparse.SUPPRESS):
-            continue
-        flag, name = action.option_strings[-1], re.escape(action.dest)
+    for dest, flag in _flags(parser).items():
+        name = re.escape(dest)
         message = re.sub(rf"\b{name}=(['\"]?)([^'\",;) ]*)\1", rf"{flag} \2", message)
-        if "_" in action.dest:  # an identifier, not a word of the text
+        if "_" in dest:  # an identifier, not a word of the text
             message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
         else:  # a word: only as the subject of the message
             message = re.sub(rf"^{name}(?=:| must )", flag, message)
@@ -428,9 +426,19 @@ METHOD_OPTIONS = {
 }
 
 
+def _flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each option's first long flag, by the name of the value it sets."""
+    return {
+        action.dest: next(f for f in action.option_strings if f.startswith("--"))
+        for action in parser._actions
+        if any(f.startswith("--") for f in action.option_strings)
+        and action.dest not in ("help", argparse.SUPPRESS)
+    }
+
+
 def _ignored_options(args: argparse.Namespace) -> list[str]:
     """The flags given to ``sample`` that set another method's settings than the one it runs."""
-    flags = {a.dest: a.option_strings[0] for a in args.subparser._actions if a.option_strings}
+    flags = _flags(args.subparser)
     return [
         f"{flags.get(dest, dest)} (applies to {' and '.join(methods)})"
         for dest, methods in METHOD_OPTIONS.items()

@@ -24,7 +24,6 @@ writes the continued run's checkpoints to the same file, which is allowed).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import io
 import math
 import os
@@ -41,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validation import check_positive, check_positive_int
+from .._validation import check_positive, check_positive_int, model_signature
 from ..errors import CheckpointError
 
 __all__ = [
@@ -222,12 +221,12 @@ def data_fingerprint(args: tuple, kwargs: Mapping[str, Any], model: Any = None) 
 def _as_bound(model: Any, args: tuple, kwargs: Mapping[str, Any]) -> tuple[tuple, Mapping]:
     """``(args, kwargs)`` as ``model``'s signature binds them: its positional parameters in
     ``args`` however they were passed (unchanged where the signature cannot be read or bound)."""
-    target = model.forward if isinstance(model, torch.nn.Module) else model
+    signature = model_signature(model)
     try:
-        bound = inspect.signature(target).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return args, kwargs
-    return bound.args, bound.kwargs
+        bound = signature.bind(*args, **kwargs) if signature is not None else None
+    except TypeError:
+        bound = None
+    return (args, kwargs) if bound is None else (bound.args, bound.kwargs)
 
 
 def global_rng_state() -> dict[str, Any]:
