@@ -14,6 +14,7 @@ module                     job
 :mod:`.potentials`         minibatch potentials: closed-form gradient, batched ``log_joint``, trace
 :mod:`.functional_potential`the fast path for any Pyro model: one light handler, chains at once
 :mod:`.graph_capture`      replay a potential's value and gradient from one recorded graph
+:mod:`.graph_simplify`     fewer operations in a recorded graph, with the same numbers
 :mod:`.potential_choice`   which potential a model gets (the ``potential`` option)
 :mod:`.gibbs`              Gibbs steps inside the kernels: the protocol and helpers
 :mod:`.conjugate`          exact Normal-Gamma conditionals, found in the model

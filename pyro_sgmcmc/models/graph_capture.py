@@ -9,7 +9,10 @@ call. :class:`CapturedGraph` records them once -- forward and backward pass toge
 the recorded graph afterwards: the same operations in the same order, hence the same numbers,
 without the Python around them. (NumPyro gets this from ``jax.jit``, with the same contract.)
 
-One rewrite changes how, not what, a recorded graph computes: a batched matrix-vector product
+A recorded graph is then simplified (:mod:`.graph_simplify`): constants folded, no-ops such
+as ``x * 1`` or a view to the same shape removed, repeated operations merged -- about half the
+operations of a Pyro model's minibatch gradient, with the same bits. One rewrite changes how,
+not what, a recorded graph computes: a batched matrix-vector product
 ``bmm(A, v)`` (``A`` of shape ``(C, M, K)``, ``v`` of shape ``(C, K, 1)``, e.g. ``x @ w`` of a
 linear predictor or a network's output layer for several chains, and its backward pass) is
 computed as the transpose of ``bmm(v^T, A^T)``, which PyTorch's CPU kernels run two to eight
@@ -44,6 +47,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+
+from .graph_simplify import simplified
 
 __all__ = ["CapturedGraph"]
 
@@ -138,7 +143,7 @@ class CapturedGraph:
         except Exception as error:
             self.failure = f"{type(error).__name__}: {_first_line(error)}"
             return None
-        graph = _with_row_vector_products(_simplified(graph), inputs)
+        graph = simplified(_with_row_vector_products(graph, inputs), inputs, _identical)
         return self._compiled(graph, inputs) if self.compile else _interpreted(graph, inputs)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -179,24 +184,6 @@ def _identical(first: Any, second: Any) -> bool:
     if isinstance(first, (tuple, list)) and isinstance(second, (tuple, list)):
         return len(first) == len(second) and all(map(_identical, first, second))
     return False
-
-
-def _simplified(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """``graph`` without the operations a replay does not need: ``detach`` (no autograd runs
-    in a replay), copies of constants that nothing modifies in place, and operations whose
-    results are unused. The same numbers, with about a tenth fewer operations."""
-    for node in list(graph.graph.nodes):
-        if node.op != "call_function" or node.target not in _IDENTITIES:
-            continue
-        if node.target is not torch.ops.aten.detach.default and any(
-            _in_place(user) for user in node.users
-        ):
-            continue
-        node.replace_all_uses_with(node.args[0])
-        graph.graph.erase_node(node)
-    graph.graph.eliminate_dead_code()
-    graph.recompile()
-    return graph
 
 
 def _with_row_vector_products(graph: torch.fx.GraphModule, inputs: tuple) -> torch.fx.GraphModule:
@@ -263,15 +250,6 @@ def _is_slow_matrix_vector(node: torch.fx.Node) -> bool:
         return False
     (batch, rows, inner), (_, _, columns) = shapes
     return batch > 1 and columns == 1 and batch * rows * inner >= ROW_VECTOR_MIN_ENTRIES
-
-
-#: Operations that return their argument's values (``lift_fresh_copy``: a copy of a constant).
-_IDENTITIES = (torch.ops.aten.detach.default, torch.ops.aten.lift_fresh_copy.default)
-
-
-def _in_place(node: torch.fx.Node) -> bool:
-    name = getattr(node.target, "__name__", str(node.target))
-    return name.split(".")[0].endswith("_")
 
 
 def _signature(value: Any) -> tuple | None:
