@@ -104,6 +104,32 @@ def test_stuck_chain_gives_large_rhat(y):
     assert report.max_rhat == pytest.approx(float(summary["r_hat"].max()), abs=0.01)
 
 
+def test_an_mcmc_run_of_our_kernel_records_its_sampling_time(y):
+    """Exported without ``wall_time=``, an ``MCMC`` run of an SG-MCMC kernel carries the seconds
+    its chains sampled (sequential chains: their sum) and were set up, so that the report gives
+    ESS per second as for ``run_chains``; a chain restored from its state keeps its seconds."""
+    kernel = SGLD(normal_mean, batch_size=10, num_steps_per_sample=3, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc = MCMC(kernel, num_samples=30, warmup_steps=20, num_chains=2, disable_progbar=True)
+        mcmc.run(y)
+        idata = to_inference_data(mcmc, normal_mean, y, posterior_predictive=False)
+    seconds = mcmc.diagnostics()["sampling_seconds"]
+    attrs = idata.posterior.attrs
+    assert attrs["sampling_time"] == pytest.approx(seconds["chain 0"] + seconds["chain 1"])
+    assert 0 < seconds["chain 0"] < attrs["sampling_time"] and attrs["setup_time"] > 0
+    report = convergence_report(idata)
+    assert report.wall_time == attrs["sampling_time"] and math.isfinite(report.ess_bulk_per_second)
+    kernel.setup(20, y)
+    for _ in range(3):
+        kernel.sample(kernel.current_params)
+    state = kernel.state_dict()
+    restored = SGLD(normal_mean, batch_size=10, num_steps_per_sample=3, seed=0)
+    restored.setup(20, y)
+    restored.load_state_dict(state)
+    assert restored.diagnostics()["sampling_seconds"] == state["sampling_seconds"] > 0
+
+
 def test_report_fields_table_and_validation(y, capfd):
     idata = _sgld_run(y, num_draws=60)
     report = convergence_report(idata)

@@ -168,3 +168,19 @@ def test_a_simplification_that_changes_a_bit_is_not_used(answer):
     kept = simplified(recorded, (x,), judge)
     assert kept is recorded
     assert aten.ones.default in _operations(kept) and aten.mul.Tensor in _operations(kept)
+
+
+def test_results_stay_fresh_tensors():
+    """A returned ``x * 1`` is not ``x`` itself, and a returned constant is computed at every
+    call: a caller that modifies a result in place modifies neither its input nor the graph."""
+
+    def function(x):
+        return x * 1.0, torch.ones(3) * 2.0
+
+    x = torch.randn(3)
+    graph = simplified(_recorded(function, x), (x,), graph_capture._identical)
+    new = torch.randn(3)
+    same, constant = graph(new)
+    assert same.data_ptr() != new.data_ptr()
+    constant.add_(1.0)
+    assert torch.equal(graph(new)[1], torch.full((3,), 2.0))

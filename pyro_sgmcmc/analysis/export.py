@@ -191,8 +191,10 @@ def to_inference_data(
         object is a ``TypeError``).
     wall_time:
         Seconds the inference took; stored as the ``sampling_time`` attribute (used for ESS per
-        second by :func:`pyro_sgmcmc.analysis.diagnostics.convergence_report`). SVI fits record
-        their own.
+        second by :func:`pyro_sgmcmc.analysis.diagnostics.convergence_report`). SVI fits,
+        ``run_chains`` results and ``MCMC`` runs of this package's kernels record their own
+        (an ``MCMC`` run: its chains' warm-up and draws, summed over chains run one after the
+        other, the longest of chains run in parallel; their set-up in ``setup_time``).
     log_likelihood, posterior_predictive:
         Whether to compute those groups (one model trace per draw and row chunk).
     plate_name:

@@ -43,7 +43,8 @@ class _Source:
     ``samples`` are the constrained draws shaped ``(chain, draw, ...)``, ``stats`` the per-draw
     statistics shaped ``(chain, draw)``, ``attrs`` the posterior attributes, ``model`` the run's
     model, ``args`` and ``kwargs`` the model's training arguments (the caller's, or the run's
-    if the caller gave none). An SVI fit adds its ``wall_time``, the models with each fit's
+    if the caller gave none). An SVI fit and an SG-MCMC kernel's ``MCMC`` run add their
+    ``wall_time``; an SVI fit also the models with each fit's
     fitted prior (``chain_models``) and the ``svi_loss`` group (``extra_groups``).
     """
 
@@ -112,8 +113,10 @@ def _mcmc_source(
     if "divergences" in diagnostics:
         divergences = _per_chain(diagnostics, "divergences", num_chains)
         stats["diverging"] = _diverging(divergences, num_draws)
+    wall_time = None
     if isinstance(kernel, StochasticGradientKernel):
         _add_sgmcmc_stats(diagnostics, num_chains, stats, attrs)
+        wall_time = _sgmcmc_sampling_time(diagnostics, num_chains, attrs)
     elif isinstance(kernel, HMC):
         collected = None if hmc_stats is None else hmc_stats.stats(num_chains, num_draws)
         if collected is not None:
@@ -133,7 +136,25 @@ def _mcmc_source(
         kernel.model, args, kwargs, getattr(mcmc, "_args", None), getattr(mcmc, "_kwargs", None),
         "the MCMC run",
     )  # fmt: skip
-    return _Source(samples, stats, attrs, kernel.model, args, kwargs)
+    return _Source(samples, stats, attrs, kernel.model, args, kwargs, wall_time)
+
+
+def _sgmcmc_sampling_time(
+    diagnostics: Mapping[str, Mapping[str, Any]], num_chains: int, attrs: dict[str, Any]
+) -> float | None:
+    """Seconds the chains of an SG-MCMC kernel's ``MCMC`` run sampled (warm-up and kept draws):
+    their sum where they ran one after the other, the longest where they ran in parallel worker
+    processes; their set-up seconds go to ``attrs["setup_time"]`` the same way. ``None`` for a
+    run restored from a checkpoint that did not record them."""
+    keys, chains = ("sampling_seconds", "setup_seconds"), [f"chain {c}" for c in range(num_chains)]
+    if not all(chain in diagnostics.get(key, {}) for key in keys for chain in chains):
+        return None
+    sampling = [float(s) for s in _per_chain(diagnostics, "sampling_seconds", num_chains)]
+    setup = [float(s) for s in _per_chain(diagnostics, "setup_seconds", num_chains)]
+    parallel = any(_per_chain(diagnostics, "in_parallel_worker", num_chains))
+    total = max if parallel else sum
+    attrs["setup_time"] = float(total(setup))
+    return float(total(sampling))
 
 
 def _fitted_or_checked(

@@ -12,6 +12,7 @@ the chains stacked in one engine, while a chain alone decides for itself).
 from __future__ import annotations
 
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
@@ -126,6 +127,8 @@ class StochasticGradientKernel(MCMCKernel):
         self._num_draws = 0
         self._recorder = DrawRecorder(1, self.settings.keep_draws)
         self.chain_seed: int | None = None
+        self._setup_seconds = 0.0
+        self._sampling_seconds = 0.0  # the chain's sample() calls: warm-up and kept draws
 
     def _chain_index(self, worker_chain: int | None) -> int:
         """The index of the chain being set up: chains run one after the other share this object
@@ -167,6 +170,7 @@ class StochasticGradientKernel(MCMCKernel):
         if request is not None:
             self._answer_transforms_request(request, args, kwargs)
             return
+        began = time.perf_counter()
         warmup_steps = check_positive_int("warmup_steps", warmup_steps, minimum=0)
         worker_chain = parallel_worker_chain()
         if worker_chain is not None:
@@ -190,6 +194,7 @@ class StochasticGradientKernel(MCMCKernel):
         self._initial_params = {k: v[0] for k, v in self._chains.initial.items()}
         self.chain_seed = self._chains.seeds[0]
         self._warmup_steps = warmup_steps
+        self._setup_seconds = time.perf_counter() - began
 
     def _answer_transforms_request(
         self, request: TransformsRequest, args: tuple, kwargs: dict[str, Any]
@@ -213,6 +218,7 @@ class StochasticGradientKernel(MCMCKernel):
         """Advance the chain by one draw and return it (unconstrained values)."""
         if self._chains is None:
             raise RuntimeError("the kernel has not been set up: run it through pyro.infer.MCMC")
+        began = time.perf_counter()
         if params is not self._last_returned and params is not self._initial_params:
             self._restart(params)
         try:
@@ -226,6 +232,7 @@ class StochasticGradientKernel(MCMCKernel):
         if self._num_draws == self._warmup_steps and self._warmup_steps > 0:
             warn_all(self._chains.warmup_messages(*self._data))
         self._last_returned = {name: value[0] for name, value in draws.items()}
+        self._sampling_seconds += time.perf_counter() - began
         return self._last_returned
 
     def _restart(self, params: Mapping[str, torch.Tensor]) -> None:
@@ -281,6 +288,7 @@ class StochasticGradientKernel(MCMCKernel):
             "engine": self._chains.engine.state_dict(),
             "started": self._last_returned is not None,
             "recorder": self._recorder.state_dict(),
+            "sampling_seconds": self._sampling_seconds,
         }
         if not include_draws:
             state["recorder"]["draws"] = {}
@@ -313,6 +321,7 @@ class StochasticGradientKernel(MCMCKernel):
         self.chain_seed = state["chain_seed"]
         self._num_setups = state["num_setups"]
         self._num_draws = state["num_draws"]
+        self._sampling_seconds = float(state.get("sampling_seconds", 0.0))  # before resuming
         self._initial_params = dict(state["initial_params"])
         engine = self._chains.engine
         engine.load_state_dict(state["engine"])
@@ -370,6 +379,9 @@ class StochasticGradientKernel(MCMCKernel):
             "warmup_divergences": 0 if monitor is None else monitor.warmup_steps[0],
             "divergent_steps": [] if monitor is None else list(monitor.steps[0]),
             "num_steps": 0 if self._chains is None else self._chains.engine.t,
+            "setup_seconds": self._setup_seconds,
+            "sampling_seconds": self._sampling_seconds,
+            "in_parallel_worker": bool(getattr(self, "_in_parallel_worker", False)),
             **self._chains_report(),
             "chain_seed": self.chain_seed,
             "step_size": torch.from_numpy(stats["step_size"]),

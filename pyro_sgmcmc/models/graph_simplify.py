@@ -21,7 +21,8 @@ logistic regression had 151 operations, about a third of them of these kinds.
 * **common operations merged** -- an operation repeated on the same inputs is computed once.
 
 None of them touches a tensor that an in-place operation of the graph writes to, or any view of
-it (their values depend on the order of operations), nor random operations. The simplified
+it (their values depend on the order of operations), random operations, or the results the graph
+returns (each stays a fresh tensor of its own, which a caller may modify). The simplified
 graph's results are compared bit for bit with the recorded graph's on the recording call; where
 they differ in anything, the recorded graph is kept as it was.
 """
@@ -138,7 +139,7 @@ class _Rewriter:
         for node in list(self.graph.nodes):
             if node.op == "get_attr" and node not in self.written:
                 self.constants[node] = _attribute(self.module, node.target)
-            elif node.op == "call_function" and node not in self.written:
+            elif node.op == "call_function" and node not in self.written and not _returned(node):
                 self._fold(node) or self._drop_no_op(node)
         self._merge_repeats()
         self.graph.eliminate_dead_code()
@@ -191,7 +192,9 @@ class _Rewriter:
             if node in self.constants:
                 return self.constants[node]
             fake = node.meta["val"]
-            return torch.empty(fake.shape, dtype=fake.dtype, device=fake.device)
+            return torch.empty_strided(
+                fake.shape, fake.stride(), dtype=fake.dtype, device=fake.device
+            )
 
         return torch.fx.node.map_arg(structure, value)
 
@@ -245,6 +248,8 @@ class _Rewriter:
         for node in list(self.graph.nodes):
             if node.op != "call_function" or node in self.written or _random(node):
                 continue
+            if _returned(node):
+                continue
             if _writes(node) or any(operand in self.written for operand in node.all_input_nodes):
                 continue
             try:
@@ -290,6 +295,12 @@ def _returns_alias(node: Node) -> bool:
     """Whether ``node`` returns (a view of) an argument, as in-place operations do."""
     schema = _schema(node)
     return schema is not None and bool(schema.returns) and schema.returns[0].alias_info is not None
+
+
+def _returned(node: Node) -> bool:
+    """Whether the graph returns ``node``'s result: it stays a fresh tensor of its own (a
+    caller may modify a result in place; it must not modify an input or a constant with it)."""
+    return any(user.op == "output" for user in node.users)
 
 
 def _random(node: Node) -> bool:
