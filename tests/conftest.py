@@ -18,3 +18,15 @@ def _seed_and_clear_param_store():
     pyro.clear_param_store()
     yield
     pyro.clear_param_store()
+
+
+@pytest.fixture
+def eager_log_joint(monkeypatch):
+    """A model's ``log_joint`` differentiated by autograd at every call, never replayed from a
+    recording: for test models that count or keep their calls (Python state a recorded graph
+    does not see)."""
+    from pyro_sgmcmc.models.potentials import LogJointPotential
+
+    monkeypatch.setattr(
+        LogJointPotential, "value_and_grad", LogJointPotential._autograd_value_and_grad
+    )

@@ -325,6 +325,66 @@ def test_gibbs_updates_are_used_automatically():
     assert isinstance(kernel._chains.potential, LogJointPotential)
 
 
+def _log_joint_potential(model, x, y):
+    """The kernels' ``log_joint`` potential of ``model`` over all its sites (unconstrained)."""
+    from pyro.infer.mcmc.util import initialize_model
+
+    _, _, transforms, _ = initialize_model(model, model_args=(x, y))
+    shapes = {name: model.site_shapes()[name] for name in model.latent_sites}
+    layout = FlatLayout(shapes)
+    return LogJointPotential(model, (x, y), {}, transforms, layout, x.shape[0]), layout
+
+
+@pytest.mark.parametrize(
+    "head, prior",
+    [
+        ("normal-gamma-precision", "normal"),
+        ("normal-latent-scale", "normal"),
+        ("normal-fixed", "scale-mixture"),
+    ],
+)
+def test_log_joint_potential_replays_a_recorded_graph_bit_for_bit(head, prior):
+    """Without a closed form, the value and gradient are replayed on the CPU from one recorded
+    graph per signature (rows, chains), with the bits of autograd through ``log_joint``."""
+    model, x, y = make_model(head, prior)
+    potential, layout = _log_joint_potential(model, x, y)
+    generator = torch.Generator().manual_seed(1)
+    flat = 0.3 * torch.randn(3, layout.dimension, generator=generator)
+    for call in range(4):
+        moved = flat + 0.1 * call
+        rows = torch.randint(0, x.shape[0], (3, 8), generator=generator)
+        value, grad = potential.value_and_grad(moved, {}, rows)
+        eager_value, eager_grad = potential._autograd_value_and_grad(moved, {}, rows)
+        assert torch.equal(value, eager_value) and torch.equal(grad, eager_grad), call
+    captured = potential.captured
+    assert captured is not None and captured.failure is None
+    assert len(captured.graphs) == 1  # the first call was eager, the second recorded
+
+
+class _DecidesOnAValue:
+    """A ``log_joint`` that branches in Python on a latent value: it cannot be recorded."""
+
+    def log_joint(self, params, subsample, x, y):
+        w = params["w"]
+        scale = 1.0 if float(w.detach().sum()) > 0 else 2.0
+        residual = y[subsample] - (x[subsample] @ w.unsqueeze(-1)).squeeze(-1)
+        return -0.5 * w.square().sum(-1) - 0.5 * scale * residual.square().sum(-1)
+
+
+def test_log_joint_potential_that_cannot_be_recorded_stays_eager():
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(20, 2, generator=generator), torch.randn(20, generator=generator)
+    identity = torch.distributions.transforms.identity_transform
+    layout = FlatLayout({"w": torch.Size([2])})
+    potential = LogJointPotential(_DecidesOnAValue(), (x, y), {}, {"w": identity}, layout, 20)
+    rows = torch.arange(5).expand(1, -1)
+    for sign in (1.0, -1.0, 1.0, -1.0):  # the branch taken changes with the value
+        flat = torch.full((1, 2), sign)
+        value, _ = potential.value_and_grad(flat, {}, rows)
+        assert torch.equal(value, potential(layout.unflatten(flat), rows))
+    assert potential.captured.failure is not None and potential.captured.graphs == {}
+
+
 def test_heteroscedastic_head_recovers_input_dependent_noise():
     # y = sin(2x) + eps, sd(x) = 0.1 + 0.25 (x + 1): 0.1 at x = -1, 0.6 at x = 1.
     generator = torch.Generator().manual_seed(0)

@@ -114,6 +114,7 @@ def test_chains_are_independent_and_reproducible(gaussian_data):
     assert not torch.allclose(first[1], first[2])
 
 
+@pytest.mark.usefixtures("eager_log_joint")  # the model keeps the rows of every call
 def test_each_chain_draws_its_own_minibatches(gaussian_data):
     y, _, _ = gaussian_data
     model = GaussianMean()
