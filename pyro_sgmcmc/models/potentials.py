@@ -339,7 +339,7 @@ class LogJointPotential(Potential):
     On the CPU, the value and gradient -- forward pass and autograd's backward pass together --
     are replayed from a recorded graph after a signature's first call
     (:class:`~pyro_sgmcmc.models.graph_capture.CapturedGraph`), the same operations in the same
-    order without the Python around them: the same bits, in about two thirds of the time for
+    order without the Python around them: the same bits, in about half the time for
     a :class:`~pyro_sgmcmc.nn.BayesianMLP` with a Gamma noise precision (``docs/performance.md``).
     A ``log_joint`` that cannot be recorded (Python control flow on a latent value) stays eager.
     """
