@@ -6,6 +6,8 @@ the noise, the divergence checks, the bookkeeping. This script times 8 SGHMC cha
 (``step_size=3e-4``, ``friction=0.3``, thinning 10) for 1000 steps through ``run_chains``, for
 this checkout and for the one given with ``--against``, in alternating child processes (one
 thread each, pinned to the same core when ``taskset`` exists), and prints the per-round ratio.
+With ``--defaults`` the chains run SGHMC's defaults instead (thinning 10): the adaptive warm-up
+chooses the step, the preconditioner and the friction, which the sampling steps then use.
 
 Make the other checkout with ``git worktree add --detach /tmp/first-release 3200f91`` (the
 first release's engine, before the kernels and ``run_chains`` shared one), then run
@@ -31,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 STEPS, CHAINS = 1000, 8
 
 
-def child(tree: str, repeats: int) -> None:
+def child(tree: str, repeats: int, defaults: bool = False) -> None:
     """In a fresh process: import the package from ``tree`` and print the sampling times."""
     sys.path[:0] = [tree, str(Path(tree) / "benchmarks")]
     import torch
@@ -47,6 +49,8 @@ def child(tree: str, repeats: int) -> None:
     data = sinusoid_w2()
     options = {"step_size": 3e-4, "friction": 0.3, "num_steps_per_sample": 10,
                "init_strategy": init_to_uniform}  # fmt: skip
+    if defaults:  # the adaptive warm-up's frozen settings: its step, preconditioner, friction
+        options = {"num_steps_per_sample": 10, "init_strategy": init_to_uniform}
     warmup, draws = STEPS // 40, STEPS // 10 - STEPS // 40
     first_release = "model" in inspect.signature(run_chains).parameters
 
@@ -65,9 +69,9 @@ def child(tree: str, repeats: int) -> None:
     print(json.dumps(sorted(run() for _ in range(repeats))))
 
 
-def timed(tree: Path, repeats: int, core: str | None) -> list[float]:
+def timed(tree: Path, repeats: int, core: str | None, defaults: bool) -> list[float]:
     command = [sys.executable, str(HERE / "engine_overhead.py"), "--child", str(tree),
-               "--repeats", str(repeats)]  # fmt: skip
+               "--repeats", str(repeats), *(["--defaults"] if defaults else [])]  # fmt: skip
     if core is not None:
         command = ["taskset", "-c", core, *command]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
@@ -86,10 +90,13 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="another checkout of the package")
     parser.add_argument("--rounds", type=int, default=4, help="alternations of the two trees")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per child process")
+    parser.add_argument("--defaults", action="store_true",
+                        help="SGHMC with its adaptive warm-up's step, preconditioner and friction "
+                             "(after 250 warm-up steps) instead of a hand-given step")  # fmt: skip
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        child(args.child, args.repeats)
+        child(args.child, args.repeats, args.defaults)
         return
     if args.against is None:  # e.g. under `nox -s benchmarks`, which passes no arguments
         print("engine_overhead: skipped, give --against PATH (see the module docstring)")
@@ -101,8 +108,8 @@ def main() -> None:
     load_before = load_average()
     ours, theirs, ratios = [], [], []
     for _ in range(args.rounds):
-        other = statistics.median(timed(args.against, args.repeats, core))
-        this = statistics.median(timed(here, args.repeats, core))
+        other = statistics.median(timed(args.against, args.repeats, core, args.defaults))
+        this = statistics.median(timed(here, args.repeats, core, args.defaults))
         theirs.append(other)
         ours.append(this)
         ratios.append(this / other)
@@ -112,11 +119,14 @@ def main() -> None:
         {"tree": f"{args.against} ({commit(args.against)})", "s per 1000 steps (median of rounds)":
          f"{statistics.median(theirs):.3f}", "fastest round": f"{min(theirs):.3f}"},
     ]  # fmt: skip
-    print(f"W2 network, {CHAINS} SGHMC chains, {STEPS} steps, one thread; load {load_before}")
+    settings = "the adaptive warm-up's settings" if args.defaults else "a hand-given step"
+    print(f"W2 network, {CHAINS} SGHMC chains, {STEPS} steps with {settings}, one thread; "
+          f"load {load_before}")  # fmt: skip
     print_table(rows, list(rows[0]))
     ratio = statistics.median(ratios)
     print(f"this / other per round: {', '.join(f'{r:.3f}' for r in ratios)} (median {ratio:.3f})")
     write_json("engine_overhead", {"rows": rows, "ratios": ratios, "ratio": ratio,
+                                   "defaults": args.defaults,
                                    "against": str(args.against), "load_average": load_before,
                                    "load_average_after": load_average()})  # fmt: skip
 

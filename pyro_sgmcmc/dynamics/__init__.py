@@ -28,18 +28,22 @@ from .sgd import (
 )
 from .sghmc import (
     GradientNoiseEstimate,
+    SGHMCConstants,
     SGHMCState,
+    sghmc_constants,
     sghmc_init,
     sghmc_step,
     update_gradient_noise_estimate,
 )
-from .sgld import SGLDState, sgld_init, sgld_step
+from .sgld import SGLDConstants, SGLDState, sgld_constants, sgld_init, sgld_step
 
 __all__ = [
     "GradientNoiseEstimate",
     "PSGLDState",
     "SGDState",
+    "SGHMCConstants",
     "SGHMCState",
+    "SGLDConstants",
     "SGLDState",
     "optimal_constant_rates",
     "partial_momentum_refresh",
@@ -47,8 +51,10 @@ __all__ = [
     "psgld_step",
     "sgd_init",
     "sgd_step",
+    "sghmc_constants",
     "sghmc_init",
     "sghmc_step",
+    "sgld_constants",
     "sgld_init",
     "sgld_step",
     "update_gradient_noise_estimate",

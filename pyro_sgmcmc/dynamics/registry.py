@@ -33,12 +33,21 @@ from .psgld import PSGLDState, psgld_init, psgld_step, rmsprop_preconditioner
 from .sgd import SGDState, partial_momentum_refresh, sgd_init, sgd_step
 from .sghmc import (
     GradientNoiseEstimate,
+    SGHMCConstants,
     SGHMCState,
+    sghmc_constants,
     sghmc_init,
     sghmc_step,
     update_gradient_noise_estimate,
 )
-from .sgld import DEFAULT_INTEGRATOR, SGLDState, check_integrator, sgld_init, sgld_step
+from .sgld import (
+    DEFAULT_INTEGRATOR,
+    SGLDState,
+    check_integrator,
+    sgld_constants,
+    sgld_init,
+    sgld_step,
+)
 
 __all__ = [
     "ALGORITHMS",
@@ -47,6 +56,7 @@ __all__ = [
     "PSGLDOptions",
     "SGHMCOptions",
     "SGLDOptions",
+    "SettingsMemo",
     "StepInputs",
     "dump_state",
     "get_algorithm",
@@ -93,10 +103,26 @@ class StepInputs:
     gradient_variance: TensorDict | None = None
     adapting: bool = True
     friction: torch.Tensor | None = None
+    memo: dict[str, Any] | None = None
+
+    def derived(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, a quantity of the settings alone (not of the state or the step's
+        index), kept in :attr:`memo` under ``name`` for the next steps with the same settings
+        (:class:`SettingsMemo`); computed anew at every step without a memo."""
+        if self.memo is None:
+            return compute()
+        if name not in self.memo:
+            self.memo[name] = compute()
+        return self.memo[name]
 
     def gradient_noise(self, variance: TensorDict | None = None) -> float | TensorDict:
         r""":math:`\hat\beta = \epsilon P \hat V / 2` per entry, for ``variance`` :math:`\hat V`
-        (default :attr:`gradient_variance`; 0 without an estimate)."""
+        (default :attr:`gradient_variance`, kept in :attr:`memo`; 0 without an estimate)."""
+        if variance is None:
+            return self.derived("gradient_noise", lambda: self._gradient_noise(None))
+        return self._gradient_noise(variance)
+
+    def _gradient_noise(self, variance: TensorDict | None) -> float | TensorDict:
         variance = self.gradient_variance if variance is None else variance
         if variance is None:
             return 0.0
@@ -111,6 +137,43 @@ class StepInputs:
         if isinstance(value, DenseMetric):
             return value.diagonal()
         return 1.0 if value is None else value
+
+
+class SettingsMemo:
+    r"""The :attr:`StepInputs.memo` of a sampler: one dictionary of derived quantities, kept
+    while the step settings stay the same objects, unmodified, and replaced when they change.
+
+    A sampling phase's settings are frozen, so an update rule's constants (its noise scale,
+    :math:`1 - \alpha`, the variance a step injects) are computed once instead of at each step:
+    the same operations on the same values, hence the same numbers. Settings are compared by
+    identity and, for tensors, by their version counter (bumped by every in-place change);
+    floats and other values by equality. The memo holds the settings it was made for, so that
+    their identities cannot be reused by other objects while it is kept.
+    """
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.settings: tuple = ()
+        self.values: dict[str, Any] = {}
+
+    def for_settings(self, *settings: Any) -> dict[str, Any]:
+        """The memo of ``settings``: the last one if they are the same as last time's, else a
+        new, empty one."""
+        key = tuple(map(_identity, settings))
+        if key != self.key:
+            self.key, self.settings, self.values = key, settings, {}
+        return self.values
+
+
+def _identity(value: Any) -> Any:
+    """What :class:`SettingsMemo` compares a setting by."""
+    if isinstance(value, torch.Tensor):
+        return (id(value), value._version)
+    if isinstance(value, DenseMetric):
+        return (_identity(value.matrix), _identity(value.root))
+    if isinstance(value, Mapping):
+        return tuple((name, _identity(item)) for name, item in value.items())
+    return (type(value), value)
 
 
 # ---------------------------------------------------------------------------------------- options
@@ -201,6 +264,13 @@ class ConstantSGDOptions:
 # ---------------------------------------------------------------------------------------- rules
 def _sgld_step(state: SGLDState, gradient: TensorDict, inputs: StepInputs, options: SGLDOptions):
     noise = inputs.draw_noise() if inputs.temperature > 0 else None
+    beta = inputs.gradient_noise()
+    constants = inputs.derived(
+        "sgld",
+        lambda: sgld_constants(
+            state.position, inputs.step_size, inputs.temperature, beta, inputs.preconditioner
+        ),
+    )
     return sgld_step(
         state,
         gradient,
@@ -208,8 +278,9 @@ def _sgld_step(state: SGLDState, gradient: TensorDict, inputs: StepInputs, optio
         inputs.temperature,
         noise=noise,
         preconditioner=inputs.preconditioner,
-        gradient_noise=inputs.gradient_noise(),
+        gradient_noise=beta,
         integrator=options.integrator,
+        constants=constants,
     )
 
 
@@ -225,6 +296,13 @@ def _sghmc_step(
         beta = inputs.gradient_noise()
     noise = inputs.draw_noise() if inputs.temperature > 0 else None
     friction = options.friction if inputs.friction is None else inputs.friction
+
+    def constants() -> SGHMCConstants:
+        return sghmc_constants(
+            state.position, inputs.step_size, friction, inputs.temperature, beta,
+            inputs.preconditioner,
+        )  # fmt: skip
+
     new = sghmc_step(
         state,
         gradient,
@@ -234,6 +312,8 @@ def _sghmc_step(
         gradient_noise=beta,
         noise=noise,
         preconditioner=inputs.preconditioner,
+        # an estimated gradient noise changes at every step, and the constants with it
+        constants=constants() if estimate is not None else inputs.derived("sghmc", constants),
     )._replace(noise_estimate=estimate)
     every = options.resample_momentum_every
     if every is not None and inputs.step % every == 0:
@@ -263,6 +343,12 @@ def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, opt
     noise = inputs.draw_noise() if inputs.temperature > 0 else None
     if _dense(inputs) is not None:
         # the adaptive warm-up's dense metric replaces the RMSprop diagonal: preconditioned SGLD
+        constants = inputs.derived(
+            "sgld",
+            lambda: sgld_constants(
+                state.position, inputs.step_size, inputs.temperature, 0.0, inputs.preconditioner
+            ),
+        )
         moved = sgld_step(
             SGLDState(state.position, state.previous_noise),
             gradient,
@@ -271,6 +357,7 @@ def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, opt
             noise=noise,
             preconditioner=inputs.preconditioner,
             integrator=options.integrator,
+            constants=constants,
         )
         return state._replace(position=moved.position, previous_noise=moved.previous_noise)
     return psgld_step(
@@ -331,10 +418,13 @@ def _move_variance(state: Any, inputs: StepInputs, _: Any) -> dict[str, Any] | N
     ordinary move (SGHMC's velocity has stationary variance :math:`\epsilon T P`, half of it)."""
     if inputs.temperature <= 0:
         return None
-    return {
-        name: 2.0 * inputs.temperature * inputs.step_size * inputs.preconditioner_of(name)
-        for name in state.position
-    }
+    return inputs.derived(
+        "move_variance",
+        lambda: {
+            name: 2.0 * inputs.temperature * inputs.step_size * inputs.preconditioner_of(name)
+            for name in state.position
+        },
+    )
 
 
 def _sgld_move_variance(

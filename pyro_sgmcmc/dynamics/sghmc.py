@@ -12,11 +12,9 @@ from ._common import (
     TensorDict,
     check_rule_arguments,
     entry,
-    has_noise,
-    noise_scale,
     resolve_noise,
 )
-from .sgld import preconditioned_move
+from .sgld import noise_stds, preconditioned_move
 
 
 class GradientNoiseEstimate(NamedTuple):
@@ -35,6 +33,31 @@ class SGHMCState(NamedTuple):
     position: TensorDict
     momentum: TensorDict
     noise_estimate: GradientNoiseEstimate | None = None
+
+
+class SGHMCConstants(NamedTuple):
+    """What an SGHMC step computes from its settings alone, not from the state."""
+
+    decay: StepSize
+    r""":math:`1 - \alpha`, the share of the momentum a step keeps."""
+    noise_std: dict[str, StepSize] | None
+    r"""Per site, the factor of the standard normal draw,
+    :math:`\sqrt{2\eta\,(\alpha T - \hat\beta)_+}\,P^{1/2}`
+    (:func:`~pyro_sgmcmc.dynamics.sgld.noise_stds`); ``None``: the step injects no noise."""
+
+
+def sghmc_constants(
+    position: Mapping[str, torch.Tensor],
+    step_size: StepSize,
+    friction: StepSize,
+    temperature: float,
+    gradient_noise: float | Mapping[str, torch.Tensor],
+    preconditioner: Mapping[str, torch.Tensor] | None,
+) -> SGHMCConstants:
+    """The :class:`SGHMCConstants` of :func:`sghmc_step`'s arguments (for the sites of
+    ``position``)."""
+    stds = noise_stds(position, step_size, friction * temperature, gradient_noise, preconditioner)
+    return SGHMCConstants(1.0 - friction, stds)
 
 
 def sghmc_init(
@@ -58,6 +81,7 @@ def sghmc_step(
     gradient_noise: float | Mapping[str, torch.Tensor] = 0.0,
     noise: Mapping[str, torch.Tensor] | None = None,
     preconditioner: Mapping[str, torch.Tensor] | None = None,
+    constants: SGHMCConstants | None = None,
 ) -> SGHMCState:
     r"""One SGHMC step in the :math:`(\eta, \alpha)` parameterisation of Chen et al. (eq. 15).
 
@@ -112,6 +136,9 @@ def sghmc_step(
     preconditioner:
         :math:`P`, one positive tensor per site (a diagonal), a
         :class:`~pyro_sgmcmc.dynamics.metric.DenseMetric` per site, or ``None`` (the identity).
+    constants:
+        :func:`sghmc_constants` of these arguments, computed once for many steps with the same
+        settings (a sampler's frozen settings); computed here when ``None``.
 
     References
     ----------
@@ -120,14 +147,19 @@ def sghmc_step(
     """
     check_rule_arguments(step_size=step_size, friction=friction, temperature=temperature)
     position, momentum = state.position, state.momentum
-    scale = noise_scale(step_size, friction * temperature, gradient_noise)
-    xi = resolve_noise(position, generator, noise) if has_noise(scale) else None
+    if constants is None:
+        constants = sghmc_constants(
+            position, step_size, friction, temperature, gradient_noise, preconditioner
+        )
+    stds = constants.noise_std
+    xi = None if stds is None else resolve_noise(position, generator, noise)
     new_position, new_momentum = {}, {}
     for name, theta in position.items():
         # v is an SGLD move that starts from (1 - alpha) v: the same fused update
         v = preconditioned_move(
-            momentum[name] * (1.0 - friction), gradient[name], step_size,
-            entry(preconditioner, name), entry(scale, name), None if xi is None else xi[name],
+            momentum[name] * constants.decay, gradient[name], step_size,
+            entry(preconditioner, name), None, None if xi is None else xi[name],
+            None if stds is None else stds[name],
         )  # fmt: skip
         new_momentum[name] = v
         new_position[name] = theta + v

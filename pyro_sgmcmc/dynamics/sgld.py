@@ -50,6 +50,7 @@ def sgld_step(
     preconditioner: Mapping[str, torch.Tensor] | None = None,
     gradient_noise: float | Mapping[str, torch.Tensor] = 0.0,
     integrator: str = "euler",
+    constants: SGLDConstants | None = None,
 ) -> SGLDState:
     r"""One (preconditioned) SGLD step.
 
@@ -121,6 +122,9 @@ def sgld_step(
         clamped at zero.
     integrator:
         ``"euler"`` (Welling and Teh's update) or ``"leimkuhler_matthews"``.
+    constants:
+        :func:`sgld_constants` of these arguments, computed once for many steps with the same
+        settings (a sampler's frozen settings); computed here when ``None``.
 
     References
     ----------
@@ -135,16 +139,58 @@ def sgld_step(
     check_rule_arguments(step_size=step_size, temperature=temperature)
     check_integrator(integrator)
     position = state.position
-    scale = noise_scale(step_size, temperature, gradient_noise)
-    xi = resolve_noise(position, generator, noise) if has_noise(scale) else None
+    if constants is None:
+        constants = sgld_constants(position, step_size, temperature, gradient_noise, preconditioner)
+    stds = constants.noise_std
+    xi = None if stds is None else resolve_noise(position, generator, noise)
     kick, remembered = integrator_noise(xi, state.previous_noise, integrator)
     new_position = {}
     for name, theta in position.items():
         new_position[name] = preconditioned_move(
-            theta, gradient[name], step_size, entry(preconditioner, name), entry(scale, name),
-            None if kick is None else kick[name],
+            theta, gradient[name], step_size, entry(preconditioner, name), None,
+            None if kick is None else kick[name], None if stds is None else stds[name],
         )  # fmt: skip
     return SGLDState(new_position, remembered)
+
+
+class SGLDConstants(NamedTuple):
+    """What an SGLD step computes from its settings alone, not from the state."""
+
+    noise_std: dict[str, StepSize] | None
+    r"""Per site, the factor of the standard normal draw,
+    :math:`\sqrt{2\epsilon\,(T - \hat\beta)_+}\,P^{1/2}` (:func:`noise_stds`); ``None``:
+    the step injects no noise."""
+
+
+def sgld_constants(
+    position: Mapping[str, torch.Tensor],
+    step_size: StepSize,
+    temperature: float,
+    gradient_noise: float | Mapping[str, torch.Tensor],
+    preconditioner: Mapping[str, torch.Tensor] | None,
+) -> SGLDConstants:
+    """The :class:`SGLDConstants` of :func:`sgld_step`'s arguments (for the sites of
+    ``position``)."""
+    return SGLDConstants(
+        noise_stds(position, step_size, temperature, gradient_noise, preconditioner)
+    )
+
+
+def noise_stds(
+    position: Mapping[str, torch.Tensor],
+    step_size: StepSize,
+    budget: StepSize,
+    gradient_noise: float | Mapping[str, torch.Tensor],
+    preconditioner: Mapping[str, torch.Tensor] | None,
+) -> dict[str, StepSize] | None:
+    r"""Per site of ``position``, the factor of the standard normal draw of a step that injects
+    the variance ``budget`` :math:`b` per unit step (``noise_scale``):
+    :math:`\sqrt{2\epsilon\,(b - \hat\beta)_+}` times :math:`P^{1/2}` (:func:`noise_std`);
+    ``None`` if the step injects no noise."""
+    scale = noise_scale(step_size, budget, gradient_noise)
+    if not has_noise(scale):
+        return None
+    return {name: noise_std(entry(scale, name), entry(preconditioner, name)) for name in position}
 
 
 def integrator_noise(
@@ -180,9 +226,12 @@ def preconditioned_move(
     preconditioner: torch.Tensor | DenseMetric | None,
     scale: StepSize | None,
     xi: torch.Tensor | None,
+    std: StepSize | None = None,
 ) -> torch.Tensor:
     r""":math:`\theta - \epsilon P g + s P^{1/2} \xi` on a fresh tensor (inputs untouched); a
-    tensor :math:`P` is diagonal (element-wise), a :class:`~.metric.DenseMetric` a matrix."""
+    tensor :math:`P` is diagonal (element-wise), a :class:`~.metric.DenseMetric` a matrix.
+    ``std``, when given, is :func:`noise_std` of ``scale`` and ``preconditioner``, computed
+    once for many steps."""
     dense = isinstance(preconditioner, DenseMetric)
     if preconditioner is None:
         drift = gradient
@@ -194,11 +243,22 @@ def preconditioned_move(
         moved = theta - step_size * drift
     if xi is not None:
         if dense:
-            xi, std = preconditioner.apply_root(xi), scale
-        else:
-            std = scale if preconditioner is None else scale * preconditioner.sqrt()
+            xi = preconditioner.apply_root(xi)
+        if std is None:
+            std = noise_std(scale, preconditioner)
         if is_scalar(std):
             moved.add_(xi, alpha=std)
         else:
             moved.addcmul_(std, xi)
     return moved
+
+
+def noise_std(
+    scale: StepSize | None, preconditioner: torch.Tensor | DenseMetric | None
+) -> StepSize | None:
+    r"""The factor of the standard normal draw in :func:`preconditioned_move`: :math:`s P^{1/2}`
+    for a diagonal :math:`P`, :math:`s` for the identity or a dense metric (whose root multiplies
+    the draw itself)."""
+    if preconditioner is None or isinstance(preconditioner, DenseMetric):
+        return scale
+    return scale * preconditioner.sqrt()

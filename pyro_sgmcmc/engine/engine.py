@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..dynamics.registry import Algorithm, StepInputs, dump_state, load_state
+from ..dynamics.registry import Algorithm, SettingsMemo, StepInputs, dump_state, load_state
 from .controls import StepControl
 from .divergence import RETREAT_EVERY, DivergenceMonitor
 from .estimators import MinibatchGradient
@@ -151,6 +151,7 @@ class ChainEngine:
         if num_steps_per_sample is None and thinning_meter is None:
             raise ValueError("num_steps_per_sample=None needs a thinning_meter")
         self.algorithm, self.options = algorithm, options
+        self.settings_memo = SettingsMemo()  # the rule's constants while the settings hold
         self.layout = layout
         self.estimator = estimator
         self.batches = batches
@@ -376,16 +377,21 @@ class ChainEngine:
 
     def _inputs(self, t: int, temperature: float) -> StepInputs:
         control = self.control
+        step_size, preconditioner = control.step_size(t), control.preconditioner
+        variance, friction = control.gradient_variance, control.friction
         return StepInputs(
-            step_size=control.step_size(t),
+            step_size=step_size,
             temperature=temperature,
             draw_noise=self.draw_noise,
             num_data=self.num_data,
             step=t + 1,
-            preconditioner=control.preconditioner,
-            gradient_variance=control.gradient_variance,
+            preconditioner=preconditioner,
+            gradient_variance=variance,
             adapting=control.adapting,
-            friction=control.friction,
+            friction=friction,
+            memo=self.settings_memo.for_settings(
+                step_size, temperature, preconditioner, variance, friction
+            ),
         )
 
     def step(self) -> bool:
