@@ -265,6 +265,27 @@ def test_the_control_variate_with_centres_per_chain_is_unbiased():
     assert float(controlled.abs().max()) < float(plain.abs().max())
 
 
+def test_the_control_variate_serves_only_the_chains_that_use_it():
+    """A chain outside the mask gets the plain minibatch gradient, one inside the control
+    variate's, whatever the mask was before (the estimator keeps what it derives from it)."""
+    y = torch.randn(40, generator=torch.Generator().manual_seed(0)) + 2.0
+    kernel = SGLD(mean_model, batch_size=10, seed=0)
+    chains = prepare_chains(kernel.settings, kernel.rule, kernel.options, kernel.model, (y,), {},
+                            chains=[0, 1], warmup_draws=10)  # fmt: skip
+    estimator = chains.engine.estimator
+    estimator.set_centre(torch.tensor([[1.0], [3.0]]), {})
+    position, rows = torch.tensor([[0.5], [2.5]]), torch.arange(10).expand(2, -1)
+    plain = estimator.potential.value_and_grad(position, {}, rows)[1]
+    estimator.activate(torch.tensor([True, True]))
+    controlled = estimator(position, {}, rows)[1]
+    assert not torch.equal(controlled, plain)
+    estimator.activate(torch.tensor([False, True]))
+    mixed = estimator(position, {}, rows)[1]
+    assert torch.equal(mixed[0], plain[0]) and torch.equal(mixed[1], controlled[1])
+    estimator.active = None
+    assert not estimator.used and torch.equal(estimator(position, {}, rows)[1], plain)
+
+
 def test_the_warmup_turns_the_control_variate_on_where_it_helps():
     """Tall data, a unimodal posterior: the control variate's noise is a small fraction of the
     plain gradient's, and every chain uses it; with Gibbs blocks or a hand step it stays off."""

@@ -138,9 +138,24 @@ class AutoControlVariate(MinibatchGradient):
         self.chunk_size = chunk_size
         self.centre: torch.Tensor | None = None
         self.centre_gradient: torch.Tensor | None = None
-        self.active: torch.Tensor | None = None
+        self.active = None
         self.fixed: Mapping[str, torch.Tensor] = {}
         self.full_data_passes = 0
+
+    @property
+    def active(self) -> torch.Tensor | None:
+        """The ``(C,)`` mask of the chains that use the control variate (``None``: none, the
+        choice not made yet)."""
+        return self._active
+
+    @active.setter
+    def active(self, chains: torch.Tensor | None) -> None:
+        # what every step reads of the mask, kept with it: whether any, or every, chain uses
+        # the control variate, and the mask as a column on the device of the last step
+        self._active = chains
+        self._used = chains is not None and bool(chains.any())
+        self._everywhere = chains is not None and bool(chains.all())
+        self._column: torch.Tensor | None = None
 
     def set_centre(self, centre: torch.Tensor, fixed: Mapping[str, torch.Tensor]) -> None:
         """Use the ``(C, D)`` centres (one full-data pass per chain)."""
@@ -162,7 +177,7 @@ class AutoControlVariate(MinibatchGradient):
     @property
     def used(self) -> bool:
         """Whether some chain uses the control variate."""
-        return self.active is not None and bool(self.active.any())
+        return self._used
 
     def noise_pair(
         self,
@@ -198,8 +213,11 @@ class AutoControlVariate(MinibatchGradient):
         value, grad = self.potential.value_and_grad(both, doubled, torch.cat([rows, rows]))
         plain = grad[:count]
         estimate = plain - grad[count:] + self.centre_gradient
-        active = self.active.to(flat.device).reshape(-1, 1)
-        return value[:count], torch.where(active, estimate, plain)
+        if self._everywhere:
+            return value[:count], estimate
+        if self._column is None or self._column.device != flat.device:
+            self._column = self._active.to(flat.device).reshape(-1, 1)
+        return value[:count], torch.where(self._column, estimate, plain)
 
     def state_dict(self) -> dict[str, Any]:
         return {
