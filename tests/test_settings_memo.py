@@ -1,6 +1,6 @@
 """An update rule's constants are computed once while a sampler's settings hold, with the same
 numbers as when they are computed at every step (``SettingsMemo``, ``sghmc_constants``,
-``sgld_constants``)."""
+``sgld_constants``, ``psgld_constants``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,12 @@ import pytest
 import torch
 
 import pyro_sgmcmc.dynamics.registry as registry
+import pyro_sgmcmc.engine.build as build
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, run_chains
 from pyro_sgmcmc.dynamics import (
+    psgld_constants,
+    psgld_init,
+    psgld_step,
     sghmc_constants,
     sghmc_init,
     sghmc_step,
@@ -104,6 +108,25 @@ def test_sgld_constants_give_the_same_step(integrator):
     )
 
 
+def test_psgld_constants_give_the_same_step_while_the_average_is_frozen():
+    s = _settings()
+    average = {"z": s["beta"]["z"] + 1e-3}
+    state = psgld_init(s["position"])._replace(square_average=average)
+    cap = {"z": torch.full((3, 4), 50.0)}
+    args = (state, s["gradient"], s["step"], 1.0)
+    kwargs = {"num_data": 100, "noise": s["noise"], "adapt": False, "max_gain": cap,
+              "gradient_variance": s["beta"]}  # fmt: skip
+    constants = psgld_constants(average, s["step"], 1.0, 1e-5, s["beta"], cap)
+    plain = psgld_step(*args, **kwargs)
+    assert torch.equal(
+        plain.position["z"], psgld_step(*args, **kwargs, constants=constants).position["z"]
+    )
+    # constants given to an adapting step are not used: its average moves
+    adapted = psgld_step(*args, **{**kwargs, "adapt": True})
+    given = psgld_step(*args, **{**kwargs, "adapt": True}, constants=constants)
+    assert torch.equal(adapted.position["z"], given.position["z"])
+
+
 def test_constants_of_a_step_without_noise_draw_nothing():
     s = _settings()
     assert sghmc_constants(s["position"], s["step"], 0.1, 0.0, 0.0, None).noise_std is None
@@ -116,10 +139,15 @@ def _regression(x, y=None):
         pyro.sample("y", dist.Normal(x @ w, 0.5), obs=y)
 
 
+def _data():
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(300, 3, generator=generator)
+    return x, x @ torch.tensor([1.0, -0.5, 0.2]) + 0.5 * torch.randn(300, generator=generator)
+
+
 def _draws(kernel_class, num_samples=40):
+    x, y = _data()
     pyro.set_rng_seed(1)
-    x = torch.randn(300, 3, generator=torch.Generator().manual_seed(2))
-    y = x @ torch.tensor([1.0, -0.5, 0.2]) + 0.5 * torch.randn(300)
     kernel = kernel_class(_regression, batch_size=30, num_steps_per_sample=2)
     result = run_chains(kernel, x, y, num_chains=2, num_samples=num_samples, warmup_steps=200)
     return result.get_samples()["w"]
@@ -127,15 +155,54 @@ def _draws(kernel_class, num_samples=40):
 
 @pytest.mark.filterwarnings("ignore:run_chains.*not converged")
 @pytest.mark.parametrize("kernel_class", [SGHMC, SGLD, PSGLD], ids=["sghmc", "sgld", "psgld"])
-def test_memo_keeps_the_draws(kernel_class, monkeypatch):
+@pytest.mark.parametrize("dense", [True, False], ids=["dense", "diagonal"])
+def test_memo_keeps_the_draws(kernel_class, dense, monkeypatch):
+    if not dense:  # the diagonal preconditioner of larger models
+        monkeypatch.setattr(build, "DENSE_LIMIT", 0)
     memoized = _draws(kernel_class)
     monkeypatch.setattr(SettingsMemo, "for_settings", lambda self, *settings: {})
     assert torch.equal(_draws(kernel_class), memoized)
 
 
+RULE_CONSTANTS = ("sghmc", "sgld", "psgld", "psgld_dense")
+
+
 @pytest.mark.filterwarnings("ignore:run_chains.*not converged")
-@pytest.mark.parametrize("kernel_class", [SGHMC, SGLD], ids=["sghmc", "sgld"])
-def test_sampling_computes_the_constants_once(kernel_class, monkeypatch):
+@pytest.mark.parametrize("kernel_class", [SGHMC, SGLD, PSGLD], ids=["sghmc", "sgld", "psgld"])
+@pytest.mark.parametrize("dense", [True, False], ids=["dense", "diagonal"])
+def test_the_rules_computing_their_own_constants_draw_the_same(kernel_class, dense, monkeypatch):
+    """Against the rules as they are called without ``constants`` (as before the memo): every
+    step computes everything from its arguments."""
+    if not dense:
+        monkeypatch.setattr(build, "DENSE_LIMIT", 0)
+    memoized = _draws(kernel_class)
+    derived = registry.StepInputs.derived
+
+    def without_rule_constants(self, name, compute, *depends_on):
+        if name in RULE_CONSTANTS:
+            return None
+        return derived(self, name, compute, *depends_on)
+
+    monkeypatch.setattr(registry.StepInputs, "derived", without_rule_constants)
+    assert torch.equal(_draws(kernel_class), memoized)
+
+
+@pytest.mark.filterwarnings("ignore:run_chains.*not converged")
+def test_sghmc_with_its_gradient_noise_estimated_at_every_step_draws_the_same(monkeypatch):
+    kernel = SGHMC(_regression, batch_size=30, num_steps_per_sample=2, gradient_noise="estimate")
+    x, y = _data()
+    pyro.set_rng_seed(1)
+    memoized = run_chains(kernel, x, y, num_chains=2, num_samples=20, warmup_steps=100)
+    monkeypatch.setattr(SettingsMemo, "for_settings", lambda self, *settings: None)
+    pyro.set_rng_seed(1)
+    plain = run_chains(kernel, x, y, num_chains=2, num_samples=20, warmup_steps=100)
+    assert torch.equal(plain.get_samples()["w"], memoized.get_samples()["w"])
+
+
+@pytest.mark.filterwarnings("ignore:run_chains.*not converged")
+@pytest.mark.parametrize("kernel_class", [SGHMC, SGLD, PSGLD], ids=["sghmc", "sgld", "psgld"])
+@pytest.mark.parametrize("dense", [True, False], ids=["dense", "diagonal"])
+def test_sampling_computes_the_constants_once(kernel_class, dense, monkeypatch):
     """A longer sampling phase computes the rule's constants no more often."""
     calls = []
 
@@ -148,6 +215,9 @@ def test_sampling_computes_the_constants_once(kernel_class, monkeypatch):
 
     monkeypatch.setattr(registry, "sghmc_constants", counted(sghmc_constants))
     monkeypatch.setattr(registry, "sgld_constants", counted(sgld_constants))
+    monkeypatch.setattr(registry, "psgld_constants", counted(psgld_constants))
+    if not dense:  # the diagonal preconditioner of larger models
+        monkeypatch.setattr(build, "DENSE_LIMIT", 0)
     _draws(kernel_class, num_samples=10)
     short = len(calls)
     _draws(kernel_class, num_samples=60)

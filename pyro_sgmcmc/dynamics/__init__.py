@@ -18,7 +18,7 @@ module                     job
 =========================  ===================================================================
 """
 
-from .psgld import PSGLDState, psgld_init, psgld_step
+from .psgld import PSGLDConstants, PSGLDState, psgld_constants, psgld_init, psgld_step
 from .sgd import (
     SGDState,
     optimal_constant_rates,
@@ -39,6 +39,7 @@ from .sgld import SGLDConstants, SGLDState, sgld_constants, sgld_init, sgld_step
 
 __all__ = [
     "GradientNoiseEstimate",
+    "PSGLDConstants",
     "PSGLDState",
     "SGDState",
     "SGHMCConstants",
@@ -47,6 +48,7 @@ __all__ = [
     "SGLDState",
     "optimal_constant_rates",
     "partial_momentum_refresh",
+    "psgld_constants",
     "psgld_init",
     "psgld_step",
     "sgd_init",

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 
 import torch
 
+from .metric import DenseMetric
+
 TensorDict = dict[str, torch.Tensor]
 StepSize = float | torch.Tensor
 
@@ -76,6 +78,31 @@ def noise_scale(
         name: (2.0 * step_size * (budget - beta)).clamp_min(0.0).sqrt()
         for name, beta in gradient_noise.items()
     }
+
+
+def noise_std(scale: StepSize, preconditioner: torch.Tensor | DenseMetric | None) -> StepSize:
+    r"""The factor of the standard normal draw of a preconditioned move: :math:`s P^{1/2}` for a
+    diagonal :math:`P` (element-wise), :math:`s` itself for the identity or a dense metric (whose
+    root then multiplies the draw)."""
+    if preconditioner is None or isinstance(preconditioner, DenseMetric):
+        return scale
+    return scale * preconditioner.sqrt()
+
+
+def noise_stds(
+    position: Mapping[str, torch.Tensor],
+    step_size: StepSize,
+    budget: StepSize,
+    gradient_noise: float | Mapping[str, torch.Tensor],
+    preconditioner: Mapping[str, torch.Tensor | DenseMetric] | None,
+) -> dict[str, StepSize] | None:
+    r"""Per site of ``position``, :func:`noise_std` of the :func:`noise_scale` of a step that
+    injects the variance ``budget`` :math:`b` per unit step, :math:`\sqrt{2\epsilon\,(b -
+    \hat\beta)_+}`, and of the site's preconditioner; ``None`` if the step injects no noise."""
+    scale = noise_scale(step_size, budget, gradient_noise)
+    if not has_noise(scale):
+        return None
+    return {name: noise_std(entry(scale, name), entry(preconditioner, name)) for name in position}
 
 
 def has_noise(scale: StepSize | Mapping[str, torch.Tensor]) -> bool:

@@ -11,9 +11,7 @@ from ._common import (
     StepSize,
     TensorDict,
     check_rule_arguments,
-    entry,
-    has_noise,
-    noise_scale,
+    noise_stds,
     resolve_noise,
 )
 from .sgld import check_integrator, integrator_noise, preconditioned_move
@@ -50,6 +48,7 @@ def psgld_step(
     gradient_variance: Mapping[str, torch.Tensor] | None = None,
     max_gain: Mapping[str, torch.Tensor] | None = None,
     integrator: str = "euler",
+    constants: PSGLDConstants | None = None,
 ) -> PSGLDState:
     r"""One pSGLD step.
 
@@ -117,6 +116,10 @@ def psgld_step(
         leaves the stationary distribution of the frozen sampler unchanged.
     integrator:
         ``"euler"`` (the update above) or ``"leimkuhler_matthews"``.
+    constants:
+        With ``adapt=False`` only: :func:`psgld_constants` of these arguments and of the
+        state's frozen :math:`V`, computed once for many steps (a sampler's frozen settings);
+        computed here when ``None``.
 
     References
     ----------
@@ -141,7 +144,52 @@ def psgld_step(
         name: _running_average(state, name, gradient[name], num_data, decay, adapt)
         for name in position
     }
-    preconditioners = {name: rmsprop_preconditioner(v, epsilon) for name, v in averages.items()}
+    if constants is None or adapt:
+        constants = psgld_constants(
+            averages, step_size, temperature, epsilon, gradient_variance, max_gain
+        )
+    preconditioners, stds = constants.preconditioner, constants.noise_std
+    xi = None if stds is None else resolve_noise(position, generator, noise)
+    kick, remembered = integrator_noise(xi, state.previous_noise, integrator)
+    new_position = {
+        name: preconditioned_move(
+            theta,
+            gradient[name],
+            step_size,
+            preconditioners[name],
+            None if stds is None else stds[name],
+            None if kick is None else kick[name],
+        )
+        for name, theta in position.items()
+    }
+    return PSGLDState(new_position, averages, remembered)
+
+
+class PSGLDConstants(NamedTuple):
+    """What a pSGLD step computes from its settings and its running average :math:`V`: constant
+    while :math:`V` is frozen."""
+
+    preconditioner: dict[str, torch.Tensor]
+    r"""Per entry, :math:`G` (capped by ``max_gain``)."""
+    noise_std: dict[str, torch.Tensor] | None
+    r"""Per entry, the factor of the standard normal draw,
+    :math:`\sqrt{2\epsilon_t\,(T - \hat\beta)_+}\,G^{1/2}` (``noise_stds``); ``None``: the
+    step injects no noise."""
+
+
+def psgld_constants(
+    square_average: Mapping[str, torch.Tensor],
+    step_size: StepSize,
+    temperature: float,
+    epsilon: float,
+    gradient_variance: Mapping[str, torch.Tensor] | None = None,
+    max_gain: Mapping[str, torch.Tensor] | None = None,
+) -> PSGLDConstants:
+    """The :class:`PSGLDConstants` of :func:`psgld_step`'s arguments, for the running average
+    :math:`V` (``square_average``) the step uses."""
+    preconditioners = {
+        name: rmsprop_preconditioner(v, epsilon) for name, v in square_average.items()
+    }
     if max_gain is not None:
         preconditioners = {
             name: torch.minimum(gain, max_gain[name]) for name, gain in preconditioners.items()
@@ -152,21 +200,8 @@ def psgld_step(
             name: 0.5 * step_size * preconditioners[name] * variance
             for name, variance in gradient_variance.items()
         }
-    scale = noise_scale(step_size, temperature, beta)
-    xi = resolve_noise(position, generator, noise) if has_noise(scale) else None
-    kick, remembered = integrator_noise(xi, state.previous_noise, integrator)
-    new_position = {
-        name: preconditioned_move(
-            theta,
-            gradient[name],
-            step_size,
-            preconditioners[name],
-            entry(scale, name),
-            None if kick is None else kick[name],
-        )
-        for name, theta in position.items()
-    }
-    return PSGLDState(new_position, averages, remembered)
+    stds = noise_stds(preconditioners, step_size, temperature, beta, preconditioners)
+    return PSGLDConstants(preconditioners, stds)
 
 
 def _running_average(state, name, gradient, num_data, decay, adapt) -> torch.Tensor:

@@ -29,7 +29,14 @@ import torch
 from .._validation import check_interval, check_nonnegative, check_positive, check_positive_int
 from ._common import StepSize, TensorDict, entry, sqrt
 from .metric import DenseMetric
-from .psgld import PSGLDState, psgld_init, psgld_step, rmsprop_preconditioner
+from .psgld import (
+    PSGLDConstants,
+    PSGLDState,
+    psgld_constants,
+    psgld_init,
+    psgld_step,
+    rmsprop_preconditioner,
+)
 from .sgd import SGDState, partial_momentum_refresh, sgd_init, sgd_step
 from .sghmc import (
     GradientNoiseEstimate,
@@ -92,6 +99,9 @@ class StepInputs:
     friction:
         SGHMC's friction :math:`\\alpha` as the warm-up adapted it, a ``(C, 1)`` tensor; ``None``:
         the rule's option.
+    memo:
+        Where the rules keep what they derive from these settings for the next steps with the
+        same ones (:meth:`derived`; the sampler's :class:`SettingsMemo`), or ``None``.
     """
 
     step_size: StepSize
@@ -105,15 +115,21 @@ class StepInputs:
     friction: torch.Tensor | None = None
     memo: dict[str, Any] | None = None
 
-    def derived(self, name: str, compute: Callable[[], Any]) -> Any:
-        """``compute()``, a quantity of the settings alone (not of the state or the step's
-        index), kept in :attr:`memo` under ``name`` for the next steps with the same settings
-        (:class:`SettingsMemo`); computed anew at every step without a memo."""
+    def derived(self, name: str, compute: Callable[[], Any], *depends_on: Any) -> Any:
+        """``compute()``, a quantity of the settings and of ``depends_on`` alone (not of the
+        step's index, nor of any other part of the state but the names of its sites, which are
+        fixed), kept in :attr:`memo` under ``name`` for the next steps with the same settings
+        (:class:`SettingsMemo`) and the same, unmodified ``depends_on`` (compared as the settings
+        are); computed anew at every step without a memo."""
         if self.memo is None:
             return compute()
-        if name not in self.memo:
-            self.memo[name] = compute()
-        return self.memo[name]
+        tensors: list[torch.Tensor] = []
+        key = _identity(depends_on, tensors)
+        kept = self.memo.get(name)
+        if kept is None or kept[0] != key:
+            # the tensors are kept with their key, so that their identities cannot be reused
+            kept = self.memo[name] = (key, tensors, compute())
+        return kept[2]
 
     def gradient_noise(self, variance: TensorDict | None = None) -> float | TensorDict:
         r""":math:`\hat\beta = \epsilon P \hat V / 2` per entry, for ``variance`` :math:`\hat V`
@@ -146,33 +162,39 @@ class SettingsMemo:
     A sampling phase's settings are frozen, so an update rule's constants (its noise scale,
     :math:`1 - \alpha`, the variance a step injects) are computed once instead of at each step:
     the same operations on the same values, hence the same numbers. Settings are compared by
-    identity and, for tensors, by their version counter (bumped by every in-place change);
-    floats and other values by equality. The memo holds the settings it was made for, so that
-    their identities cannot be reused by other objects while it is kept.
+    identity and, for tensors, by their version counter, which every in-place tensor operation
+    bumps (a change through ``.data`` or a NumPy view does not: settings must not be changed
+    that way); floats and other values by equality. The memo holds the tensors it was made for,
+    so that their identities cannot be reused by other tensors while it is kept.
     """
 
     def __init__(self) -> None:
         self.key: tuple | None = None
-        self.settings: tuple = ()
+        self.kept: list[torch.Tensor] = []
         self.values: dict[str, Any] = {}
 
     def for_settings(self, *settings: Any) -> dict[str, Any]:
         """The memo of ``settings``: the last one if they are the same as last time's, else a
         new, empty one."""
-        key = tuple(map(_identity, settings))
+        kept: list[torch.Tensor] = []
+        key = _identity(settings, kept)
         if key != self.key:
-            self.key, self.settings, self.values = key, settings, {}
+            self.key, self.kept, self.values = key, kept, {}
         return self.values
 
 
-def _identity(value: Any) -> Any:
-    """What :class:`SettingsMemo` compares a setting by."""
+def _identity(value: Any, kept: list[torch.Tensor]) -> Any:
+    """What :class:`SettingsMemo` compares a setting (or a tuple, mapping or dense metric of
+    them) by; each tensor met is appended to ``kept``."""
     if isinstance(value, torch.Tensor):
+        kept.append(value)
         return (id(value), value._version)
     if isinstance(value, DenseMetric):
-        return (_identity(value.matrix), _identity(value.root))
+        return (_identity(value.matrix, kept), _identity(value.root, kept))
     if isinstance(value, Mapping):
-        return tuple((name, _identity(item)) for name, item in value.items())
+        return tuple((name, _identity(item, kept)) for name, item in value.items())
+    if isinstance(value, tuple):
+        return tuple(_identity(item, kept) for item in value)
     return (type(value), value)
 
 
@@ -289,7 +311,8 @@ def _sghmc_step(
 ) -> SGHMCState:
     beta: float | TensorDict = options.gradient_noise
     estimate = state.noise_estimate
-    if beta == "estimate":
+    estimating = beta == "estimate"
+    if estimating:
         estimate = update_gradient_noise_estimate(estimate, gradient, options.gradient_noise_decay)
         beta = inputs.gradient_noise(estimate.variance)
     elif inputs.gradient_variance is not None:
@@ -313,7 +336,7 @@ def _sghmc_step(
         noise=noise,
         preconditioner=inputs.preconditioner,
         # an estimated gradient noise changes at every step, and the constants with it
-        constants=constants() if estimate is not None else inputs.derived("sghmc", constants),
+        constants=constants() if estimating else inputs.derived("sghmc", constants),
     )._replace(noise_estimate=estimate)
     every = options.resample_momentum_every
     if every is not None and inputs.step % every == 0:
@@ -344,7 +367,7 @@ def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, opt
     if _dense(inputs) is not None:
         # the adaptive warm-up's dense metric replaces the RMSprop diagonal: preconditioned SGLD
         constants = inputs.derived(
-            "sgld",
+            "psgld_dense",
             lambda: sgld_constants(
                 state.position, inputs.step_size, inputs.temperature, 0.0, inputs.preconditioner
             ),
@@ -360,6 +383,19 @@ def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, opt
             constants=constants,
         )
         return state._replace(position=moved.position, previous_noise=moved.previous_noise)
+    adapt = inputs.adapting or state.square_average is None
+    # a diagonal preconditioner given to pSGLD caps its RMSprop gain (the adaptive warm-up's)
+    cap = inputs.preconditioner
+    constants = None
+    if not adapt:  # the running average is frozen: so are the step's constants
+
+        def compute() -> PSGLDConstants:
+            return psgld_constants(
+                state.square_average, inputs.step_size, inputs.temperature, options.epsilon,
+                inputs.gradient_variance, cap,
+            )  # fmt: skip
+
+        constants = inputs.derived("psgld", compute, state.square_average)
     return psgld_step(
         state,
         gradient,
@@ -369,11 +405,11 @@ def _psgld_step(state: PSGLDState, gradient: TensorDict, inputs: StepInputs, opt
         decay=options.decay,
         epsilon=options.epsilon,
         noise=noise,
-        adapt=inputs.adapting or state.square_average is None,
+        adapt=adapt,
         gradient_variance=inputs.gradient_variance,
-        # a diagonal preconditioner given to pSGLD caps its RMSprop gain (the adaptive warm-up's)
-        max_gain=inputs.preconditioner,
+        max_gain=cap,
         integrator=options.integrator,
+        constants=constants,
     )
 
 
@@ -432,7 +468,10 @@ def _sgld_move_variance(
 ) -> dict[str, Any] | None:
     r""":math:`2 \epsilon T P` per entry for Euler's SGLD; half of it for the
     Leimkuhler-Matthews integrator, whose step injects the average of two draws."""
-    return _for_integrator(_move_variance(state, inputs, options), options)
+    return inputs.derived(
+        "langevin_move_variance",
+        lambda: _for_integrator(_move_variance(state, inputs, options), options),
+    )
 
 
 def _for_integrator(variance: dict[str, Any] | None, options: Any) -> dict[str, Any] | None:
@@ -449,15 +488,21 @@ def _psgld_move_variance(
     diagonal of the dense metric that replaces it), halved for the Leimkuhler-Matthews
     integrator."""
     if _dense(inputs) is not None:
-        return _for_integrator(_move_variance(state, inputs, options), options)
+        return _sgld_move_variance(state, inputs, options)
     if inputs.temperature <= 0 or state.square_average is None:
         return None
-    scale = 2.0 * inputs.temperature * inputs.step_size
-    variance = {
-        name: scale * rmsprop_preconditioner(v, options.epsilon)
-        for name, v in state.square_average.items()
-    }
-    return _for_integrator(variance, options)
+
+    def variance() -> dict[str, Any] | None:
+        scale = 2.0 * inputs.temperature * inputs.step_size
+        return _for_integrator(
+            {
+                name: scale * rmsprop_preconditioner(v, options.epsilon)
+                for name, v in state.square_average.items()
+            },
+            options,
+        )
+
+    return inputs.derived("psgld_move_variance", variance, state.square_average)
 
 
 def _no_noise(state: Any, inputs: StepInputs, _: Any) -> None:

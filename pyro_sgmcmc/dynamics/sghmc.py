@@ -12,9 +12,10 @@ from ._common import (
     TensorDict,
     check_rule_arguments,
     entry,
+    noise_stds,
     resolve_noise,
 )
-from .sgld import noise_stds, preconditioned_move
+from .sgld import preconditioned_move
 
 
 class GradientNoiseEstimate(NamedTuple):
@@ -42,8 +43,8 @@ class SGHMCConstants(NamedTuple):
     r""":math:`1 - \alpha`, the share of the momentum a step keeps."""
     noise_std: dict[str, StepSize] | None
     r"""Per site, the factor of the standard normal draw,
-    :math:`\sqrt{2\eta\,(\alpha T - \hat\beta)_+}\,P^{1/2}`
-    (:func:`~pyro_sgmcmc.dynamics.sgld.noise_stds`); ``None``: the step injects no noise."""
+    :math:`\sqrt{2\eta\,(\alpha T - \hat\beta)_+}` times :math:`P^{1/2}` for a diagonal
+    :math:`P` (``noise_stds``); ``None``: the step injects no noise."""
 
 
 def sghmc_constants(
@@ -158,8 +159,8 @@ def sghmc_step(
         # v is an SGLD move that starts from (1 - alpha) v: the same fused update
         v = preconditioned_move(
             momentum[name] * constants.decay, gradient[name], step_size,
-            entry(preconditioner, name), None, None if xi is None else xi[name],
-            None if stds is None else stds[name],
+            entry(preconditioner, name), None if stds is None else stds[name],
+            None if xi is None else xi[name],
         )  # fmt: skip
         new_momentum[name] = v
         new_position[name] = theta + v

@@ -12,9 +12,8 @@ from ._common import (
     TensorDict,
     check_rule_arguments,
     entry,
-    has_noise,
     is_scalar,
-    noise_scale,
+    noise_stds,
     resolve_noise,
 )
 from .metric import DenseMetric
@@ -147,8 +146,8 @@ def sgld_step(
     new_position = {}
     for name, theta in position.items():
         new_position[name] = preconditioned_move(
-            theta, gradient[name], step_size, entry(preconditioner, name), None,
-            None if kick is None else kick[name], None if stds is None else stds[name],
+            theta, gradient[name], step_size, entry(preconditioner, name),
+            None if stds is None else stds[name], None if kick is None else kick[name],
         )  # fmt: skip
     return SGLDState(new_position, remembered)
 
@@ -158,8 +157,8 @@ class SGLDConstants(NamedTuple):
 
     noise_std: dict[str, StepSize] | None
     r"""Per site, the factor of the standard normal draw,
-    :math:`\sqrt{2\epsilon\,(T - \hat\beta)_+}\,P^{1/2}` (:func:`noise_stds`); ``None``:
-    the step injects no noise."""
+    :math:`\sqrt{2\epsilon\,(T - \hat\beta)_+}` times :math:`P^{1/2}` for a diagonal
+    :math:`P` (``noise_stds``); ``None``: the step injects no noise."""
 
 
 def sgld_constants(
@@ -174,23 +173,6 @@ def sgld_constants(
     return SGLDConstants(
         noise_stds(position, step_size, temperature, gradient_noise, preconditioner)
     )
-
-
-def noise_stds(
-    position: Mapping[str, torch.Tensor],
-    step_size: StepSize,
-    budget: StepSize,
-    gradient_noise: float | Mapping[str, torch.Tensor],
-    preconditioner: Mapping[str, torch.Tensor] | None,
-) -> dict[str, StepSize] | None:
-    r"""Per site of ``position``, the factor of the standard normal draw of a step that injects
-    the variance ``budget`` :math:`b` per unit step (``noise_scale``):
-    :math:`\sqrt{2\epsilon\,(b - \hat\beta)_+}` times :math:`P^{1/2}` (:func:`noise_std`);
-    ``None`` if the step injects no noise."""
-    scale = noise_scale(step_size, budget, gradient_noise)
-    if not has_noise(scale):
-        return None
-    return {name: noise_std(entry(scale, name), entry(preconditioner, name)) for name in position}
 
 
 def integrator_noise(
@@ -224,14 +206,14 @@ def preconditioned_move(
     gradient: torch.Tensor,
     step_size: StepSize,
     preconditioner: torch.Tensor | DenseMetric | None,
-    scale: StepSize | None,
+    std: StepSize | None,
     xi: torch.Tensor | None,
-    std: StepSize | None = None,
 ) -> torch.Tensor:
     r""":math:`\theta - \epsilon P g + s P^{1/2} \xi` on a fresh tensor (inputs untouched); a
     tensor :math:`P` is diagonal (element-wise), a :class:`~.metric.DenseMetric` a matrix.
-    ``std``, when given, is :func:`noise_std` of ``scale`` and ``preconditioner``, computed
-    once for many steps."""
+    ``std`` is the factor of the draw (``noise_std`` of :math:`s` and :math:`P`): :math:`s
+    P^{1/2}` for a diagonal :math:`P`, :math:`s` for a dense one, whose root multiplies
+    :math:`\xi` here."""
     dense = isinstance(preconditioner, DenseMetric)
     if preconditioner is None:
         drift = gradient
@@ -244,21 +226,8 @@ def preconditioned_move(
     if xi is not None:
         if dense:
             xi = preconditioner.apply_root(xi)
-        if std is None:
-            std = noise_std(scale, preconditioner)
         if is_scalar(std):
             moved.add_(xi, alpha=std)
         else:
             moved.addcmul_(std, xi)
     return moved
-
-
-def noise_std(
-    scale: StepSize | None, preconditioner: torch.Tensor | DenseMetric | None
-) -> StepSize | None:
-    r"""The factor of the standard normal draw in :func:`preconditioned_move`: :math:`s P^{1/2}`
-    for a diagonal :math:`P`, :math:`s` for the identity or a dense metric (whose root multiplies
-    the draw itself)."""
-    if preconditioner is None or isinstance(preconditioner, DenseMetric):
-        return scale
-    return scale * preconditioner.sqrt()

@@ -172,7 +172,7 @@ class AutoControlVariate(MinibatchGradient):
 
     def activate(self, chains: torch.Tensor) -> None:
         """Use the control variate for the chains of the ``(C,)`` mask from now on."""
-        self.active = chains.to(torch.bool)
+        self.active = chains.to(torch.bool, copy=True)  # what it derives from the mask holds
 
     @property
     def used(self) -> bool:
