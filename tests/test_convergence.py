@@ -61,6 +61,7 @@ from pyro_sgmcmc.engine.thinning import (
     warmup_steps_per_draw,
 )
 from pyro_sgmcmc.errors import SamplerWarning
+from pyro_sgmcmc.inference.rounds import ROUND_GROWTH
 from pyro_sgmcmc.models.hidden_units import has_hidden_units
 
 
@@ -421,6 +422,22 @@ def test_target_ess_draws_until_converged_and_equals_a_fixed_length_run(y):
     assert not run_verdict(shorter, normal_mean, None, min_ess=200).converged
 
 
+def test_each_round_adds_at_most_a_quarter_of_the_draws_so_far(y):
+    """Without a time budget the rounds follow the verdicts alone: each adds at least a tenth
+    and at most ROUND_GROWTH of the draws so far, however many more the verdict asks for (it
+    extrapolates the ESS in proportion to the draws and, just after warm-up, overshoots: the
+    demo's SGHMC drew 527 draws where 313 converged)."""
+    kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=1, seed=3)
+    result = run_chains(kernel, y, num_chains=2, num_samples=20, warmup_steps=400,
+                        target_ess=200)  # fmt: skip
+    assert result.verdict.converged and len(result.judged_at) >= 3
+    assert result.judged_at[0] == 20
+    for before, after in zip(result.judged_at, result.judged_at[1:]):
+        assert math.ceil(before / 10) <= after - before <= math.ceil(before * ROUND_GROWTH)
+    first = run_verdict({"mu": result.samples["mu"][:, :20]}, normal_mean, None, min_ess=200)
+    assert first.longer > 1 + 2 * ROUND_GROWTH  # the verdict asked for more than one round
+
+
 def test_rounds_resume_from_a_checkpoint_bit_for_bit(y, tmp_path):
     path = tmp_path / "rounds.ckpt"
 
@@ -510,6 +527,10 @@ def test_the_rounds_leave_room_in_the_budget_for_their_verdicts(y, monkeypatch):
         result = run_chains(kernel, y, num_chains=2, num_samples=50, warmup_steps=30,
                             target_ess=1e9, max_seconds=4.0)  # fmt: skip
     assert len(result.judged_at) >= 2 and result.sampling_time <= 4.3
+    # a verdict this slow is not repeated after a quarter more draws: the round is long enough
+    # for its verdict to take a tenth of its time or less (JUDGE_SHARE)
+    first, second = result.judged_at[:2]
+    assert second - first > math.ceil(first * ROUND_GROWTH)
 
 
 def test_a_run_that_cannot_converge_stops_at_ten_times_its_draws(y):
