@@ -531,6 +531,9 @@ def test_the_rounds_leave_room_in_the_budget_for_their_verdicts(y, monkeypatch):
     # for its verdict to take a tenth of its time or less (JUDGE_SHARE)
     first, second = result.judged_at[:2]
     assert second - first > math.ceil(first * ROUND_GROWTH)
+    # nor does the budget's end start a round too short to change the verdict
+    for before, after in zip(result.judged_at, result.judged_at[1:]):
+        assert after - before >= math.ceil(before / 10)
 
 
 def test_a_run_that_cannot_converge_stops_at_ten_times_its_draws(y):

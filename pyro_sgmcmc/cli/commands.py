@@ -114,7 +114,7 @@ def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
             "Fit one Bayesian MLP with several inference methods and compare wall time, test "
             "metrics and convergence. Exit status: 0 if at least one method succeeded, 1 if all "
             "failed, 2 for invalid arguments or unusable inputs. Defaults: the sinusoid toy "
-            "with a small net and all methods, in about four minutes on two cores."
+            "with a small net and all methods, in about two and a half minutes on two cores."
         ),
     )
     compare.set_defaults(subparser=compare)
