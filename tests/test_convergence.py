@@ -7,6 +7,7 @@ bounds of the verdict are Vehtari et al. (2021)'s, in :mod:`pyro_sgmcmc.analysis
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import re
@@ -432,7 +433,7 @@ def test_each_round_adds_at_most_a_quarter_of_the_draws_so_far(y):
                         target_ess=200)  # fmt: skip
     assert result.verdict.converged and len(result.judged_at) >= 3
     assert result.judged_at[0] == 20
-    for before, after in zip(result.judged_at, result.judged_at[1:]):
+    for before, after in itertools.pairwise(result.judged_at):
         assert math.ceil(before / 10) <= after - before <= math.ceil(before * ROUND_GROWTH)
     first = run_verdict({"mu": result.samples["mu"][:, :20]}, normal_mean, None, min_ess=200)
     assert first.longer > 1 + 2 * ROUND_GROWTH  # the verdict asked for more than one round
@@ -532,7 +533,7 @@ def test_the_rounds_leave_room_in_the_budget_for_their_verdicts(y, monkeypatch):
     first, second = result.judged_at[:2]
     assert second - first > math.ceil(first * ROUND_GROWTH)
     # nor does the budget's end start a round too short to change the verdict
-    for before, after in zip(result.judged_at, result.judged_at[1:]):
+    for before, after in itertools.pairwise(result.judged_at):
         assert after - before >= math.ceil(before / 10)
 
 
