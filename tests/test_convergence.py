@@ -42,6 +42,7 @@ from pyro_sgmcmc.analysis.diagnostics import (
     ESS_PER_CHAIN,
     FUNCTION_RHAT_BOUND,
     RHAT_BOUND,
+    Verdict,
     advice,
     convergence_report,
     judge,
@@ -498,10 +499,14 @@ def test_a_run_that_spent_its_budget_resumes_as_it_ended(y, tmp_path):
     assert torch.equal(longer.samples["mu"][:, : first.num_draws], first.samples["mu"])
 
 
-def test_the_first_round_is_sized_by_the_pace_of_the_kept_draws(y):
+def test_the_first_round_is_sized_by_the_pace_of_the_kept_draws(y, monkeypatch):
     """Each kept draw takes at least 50 ms here (the callback): whatever the verdict asks, the
     first round holds no more draws than fit in what is left of the 2 s budget (it was once
-    sized by the time of the verdict alone, hundreds of draws, and overran the budget)."""
+    sized by the time of the verdict alone, hundreds of draws, and overran the budget). The
+    rounds' growth is unbounded here, so that the budget alone sizes the round."""
+    import pyro_sgmcmc.inference.rounds as rounds
+
+    monkeypatch.setattr(rounds, "ROUND_GROWTH", 1e6)
     kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=1, seed=0)
     with pytest.warns(SamplerWarning, match=r"budget of max_seconds=2 is spent"):
         result = run_chains(kernel, y, num_chains=2, num_samples=10, warmup_steps=30,
@@ -509,6 +514,40 @@ def test_the_first_round_is_sized_by_the_pace_of_the_kept_draws(y):
                             callback=lambda index, draw: time.sleep(0.05))  # fmt: skip
     first, second = result.judged_at[:2]
     assert first == 10 and 1 <= second - first <= 2.0 / 0.05
+
+
+def _sized_round(monkeypatch, *, max_seconds, longer=10.0, judge_seconds=1.0, per_draw=0.1):
+    """The next round of a run judged after 200 draws per chain that each took ``per_draw``
+    seconds, its verdict ``judge_seconds``, asking for a run ``longer`` times as long (the
+    clock set by hand: the sizes are exact)."""
+    import pyro_sgmcmc.inference.rounds as rounds
+
+    count = 200
+    now = count * per_draw + judge_seconds
+    monkeypatch.setattr(rounds.time, "perf_counter", lambda: now)
+    recorder = types.SimpleNamespace(clock=(0.0, 0), count=count)
+    sizing = rounds._Rounds(None, recorder, 1e9, max_seconds, 0.0, count, 2, None)
+    sizing.last_judge = (judge_seconds, count)
+    verdict = Verdict(False, "bulk ESS", 20.0, 1e9, longer)
+    return sizing.more_draws(verdict), sizing.spent
+
+
+def test_rounds_are_sized_by_the_verdict_the_growth_bound_and_the_budget(monkeypatch):
+    # no budget: a quarter more, though the verdict asks for 9 times more
+    assert _sized_round(monkeypatch, max_seconds=None) == (50, False)
+    # a budget: a 1 s verdict every 50 draws of 0.1 s would take a fifth of the time; the round
+    # is long enough for its verdict, 5 ms per draw over 200 + n draws, to take a tenth of it
+    assert _sized_round(monkeypatch, max_seconds=1e4) == (200, False)
+    # ... unless the verdict asks for fewer (its 100 more, with a margin of a tenth)
+    asked = math.ceil(200 * 1.1 * 0.5)
+    assert _sized_round(monkeypatch, max_seconds=1e4, longer=1.5) == (asked, False)
+    # a verdict slower than a tenth of a draw per draw: the verdict and the budget decide
+    asked = math.ceil(200 * 1.1 * 9)
+    assert _sized_round(monkeypatch, max_seconds=1e4, judge_seconds=4.0) == (asked, False)
+    # the budget's end: room for 9 draws (each with its share of the verdict), fewer than a
+    # tenth more: none; room for 20, exactly a tenth more: drawn
+    assert _sized_round(monkeypatch, max_seconds=21.0 + 2.05) == (0, True)
+    assert _sized_round(monkeypatch, max_seconds=21.0 + 3.2) == (20, False)
 
 
 def test_the_rounds_leave_room_in_the_budget_for_their_verdicts(y, monkeypatch):

@@ -3,11 +3,11 @@
 :func:`~pyro_sgmcmc.inference.vectorized.run_chains` with ``target_ess`` or ``max_seconds``
 judges its draws after its ``num_samples``
 (:func:`~pyro_sgmcmc.analysis.function_space.run_verdict`) and, while they have not converged,
-draws on in rounds: each as long as the verdict asks, but at most :data:`ROUND_GROWTH` of the
-draws so far (in a run with a time budget, longer where judging so short a round would cost
-more than :data:`JUDGE_SHARE` of its time), within that budget or :data:`ROUNDS_LIMIT` times
-the draws a chain needs. With the chains shared among the ranks of a process group, every rank
-judges all chains and the ranks agree on each round.
+draws on in rounds: each as long as the verdict asks, at least a tenth and at most
+:data:`ROUND_GROWTH` of the draws so far (in a run with a time budget, longer where judging so
+short a round would cost more than about :data:`JUDGE_SHARE` of its time), within that budget
+or :data:`ROUNDS_LIMIT` times the draws a chain needs. With the chains shared among the ranks of
+a process group, every rank judges all chains and the ranks agree on each round.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ ROUNDS_LIMIT = 10
 ROUND_GROWTH = 0.25
 
 #: ... unless, in a run with a time budget (``max_seconds``), judging it would then take more
-#: than this share of the round's time (a verdict over a classifier's outputs at hundreds of
-#: test rows takes seconds): the round is then as long as that share allows, or as the verdict
-#: asks if that is shorter. Without a time budget the rounds depend on the verdicts alone, not
+#: than about this share of the round's time, estimated from the last verdict's seconds per
+#: draw (a verdict over a classifier's outputs at hundreds of test rows takes seconds): the
+#: round is then long enough for that share, or as long as the verdict asks or the budget
+#: allows if that is shorter. Without a time budget the rounds depend on the verdicts alone, not
 #: on timings, so that a resumed or distributed run draws the same rounds.
 JUDGE_SHARE = 0.1
 
@@ -156,17 +157,20 @@ class _Rounds:
             return None
         return max(now - since - self.last_judge[0], 0.0) / (count - drawn)
 
-    def _round_cap(self, count: int, per_draw: float | None) -> float:
-        """The most draws the next round adds (see :data:`ROUND_GROWTH`, :data:`JUDGE_SHARE`)."""
+    def _round_cap(self, count: int, per_draw: float | None) -> int | float:
+        """The most draws the next round adds (see :data:`ROUND_GROWTH`, :data:`JUDGE_SHARE`;
+        ``math.inf``: as many as the verdict asks, within the budget)."""
         cap = max(math.ceil(count * ROUND_GROWTH), 1)
         judge_seconds, judged = self.last_judge
         if self.max_seconds is None or per_draw is None or judge_seconds <= 0.0:
             return cap
-        if per_draw <= 0.0:
+        # the next verdict, over count + n draws, at the last one's seconds per draw:
+        # per_judged * (count + n) <= JUDGE_SHARE * per_draw * n
+        per_judged = judge_seconds / judged
+        spare = JUDGE_SHARE * per_draw - per_judged
+        if spare <= 0.0:  # no round is long enough: the verdict and the budget decide
             return math.inf
-        # the next verdict takes about as long per draw as the last one
-        next_judge = judge_seconds / judged * count
-        return max(cap, math.ceil(next_judge / (JUDGE_SHARE * per_draw)))
+        return max(cap, math.ceil(per_judged * count / spare))
 
     def message(self, verdict: Verdict) -> str:
         """The end-of-run warning of an unconverged run."""

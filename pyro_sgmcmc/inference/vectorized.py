@@ -312,7 +312,7 @@ def run_chains(
         100 per chain) and, while it has not converged, draw more in rounds (each as many
         draws as the verdict's "run about k times longer" asks, at least a tenth more and at
         most a quarter more, :data:`~pyro_sgmcmc.inference.rounds.ROUND_GROWTH`; with
-        ``max_seconds``, longer where a verdict would otherwise take more than a tenth of its
+        ``max_seconds``, longer where a verdict would otherwise take more than about a tenth of its
         round's time), until
         it converges or ``max_seconds`` are spent (without ``max_seconds``: until
         :data:`~pyro_sgmcmc.inference.rounds.ROUNDS_LIMIT` times
