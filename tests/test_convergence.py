@@ -527,7 +527,7 @@ def _sized_round(monkeypatch, *, max_seconds, longer=10.0, judge_seconds=1.0, pe
     monkeypatch.setattr(rounds.time, "perf_counter", lambda: now)
     recorder = types.SimpleNamespace(clock=(0.0, 0), count=count)
     sizing = rounds._Rounds(None, recorder, 1e9, max_seconds, 0.0, count, 2, None)
-    sizing.last_judge = (judge_seconds, count)
+    sizing.last_judge = sizing.last_statistics = (judge_seconds, count)
     verdict = Verdict(False, "bulk ESS", 20.0, 1e9, longer)
     return sizing.more_draws(verdict), sizing.spent
 
@@ -821,6 +821,11 @@ def test_test_outputs_are_evaluated_once_per_draw_and_leave_the_generator_alone(
     first = outputs({name: value[:, :5] for name, value in result.samples.items()})
     whole = outputs(result.samples)
     assert torch.equal(state, torch.get_rng_state())
+    # the seconds spent on outputs (the rounds leave them out of a verdict's repeated cost)
+    # grow with new draws only
+    spent = outputs.seconds
+    assert spent > 0.0 and np.array_equal(outputs(result.samples), whole)
+    assert outputs.seconds == spent
     assert first.shape == (2, 5, 7, 1) and whole.shape == (2, 12, 7, 1)
     assert np.array_equal(whole[:, :5], first)
     draw = {name: value[1, 8] for name, value in result.samples.items()}

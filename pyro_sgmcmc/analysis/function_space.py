@@ -13,6 +13,7 @@ once however often the run is judged.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -55,10 +56,19 @@ class OutputDraws:
         self.num_data = plate.num_data
         self.bound = plate.bind(model, args, kwargs, self.rows)
         self.values: list[np.ndarray] = []  # per draw index, (C, ...)
+        #: Seconds spent evaluating outputs (each draw's once).
+        self.seconds = 0.0
 
     def __call__(self, samples: Mapping[str, torch.Tensor]) -> np.ndarray | None:
         """``(C, S, ...)`` outputs for constrained ``samples`` ``(C, S, ...)`` per site
         (``None`` if the model returns no output per row)."""
+        began = time.perf_counter()
+        try:
+            return self._stacked(samples)
+        finally:
+            self.seconds += time.perf_counter() - began
+
+    def _stacked(self, samples: Mapping[str, torch.Tensor]) -> np.ndarray | None:
         num_chains, num_draws = next(iter(samples.values())).shape[:2]
         for s in range(len(self.values), num_draws):
             outputs = []
@@ -128,6 +138,8 @@ class HeldOutOutputDraws:
         self.test, self.test_kwargs = test, dict(test_kwargs)
         self.values: list[np.ndarray] = []  # per draw index, (C, rows, ...)
         self.has_output = True
+        #: Seconds spent evaluating outputs (each draw's once).
+        self.seconds = 0.0
 
     def check(self, draw: Mapping[str, torch.Tensor]) -> None:
         """Evaluate the test set at constrained ``draw`` ``(C, ...)`` per site (e.g. the chains'
@@ -143,7 +155,9 @@ class HeldOutOutputDraws:
         done = len(self.values)
         if self.has_output and done < num_draws:
             new = {name: value[:, done:num_draws] for name, value in samples.items()}
+            began = time.perf_counter()
             outputs = self._outputs(new)
+            self.seconds += time.perf_counter() - began
             self.has_output = outputs is not None
             if outputs is not None:
                 self.values.extend(outputs[:, s] for s in range(num_draws - done))

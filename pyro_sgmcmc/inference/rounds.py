@@ -40,7 +40,8 @@ ROUND_GROWTH = 0.25
 
 #: ... unless, in a run with a time budget (``max_seconds``), judging it would then take more
 #: than about this share of the round's time, estimated from the last verdict's seconds per
-#: draw (a verdict over a classifier's outputs at hundreds of test rows takes seconds): the
+#: draw, the new draws' outputs left out (they are evaluated once, however the rounds are
+#: cut; the statistics over thousands of a classifier's outputs take seconds): the
 #: round is then long enough for that share, or as long as the verdict asks or the budget
 #: allows if that is shorter. Without a time budget the rounds depend on the verdicts alone, not
 #: on timings, so that a resumed or distributed run draws the same rounds.
@@ -80,9 +81,13 @@ class _Rounds:
         #: seconds of the last verdict, and its draws per chain: a verdict over many outputs
         #: (a classifier's at a few hundred test rows) takes seconds, in proportion to draws
         self.last_judge: tuple[float, int] = (0.0, 1)
+        #: the same, less the outputs of the new draws (each draw's are evaluated once): what
+        #: judging all the draws again costs
+        self.last_statistics: tuple[float, int] = (0.0, 1)
 
     def judge(self) -> Verdict:
         began = time.perf_counter()
+        outputs_before = getattr(self.outputs, "seconds", 0.0)
         self.judged_at.append(self.recorder.count)
         samples = self.chains.constrain(self.recorder.stacked())
         if not samples:  # keep_draws=False: nothing to judge
@@ -99,7 +104,10 @@ class _Rounds:
         if self.shared is not None:  # one verdict for all: a network's outputs evaluated on
             # different devices may differ in the last bits, and the ranks must stop together
             verdict = self._gather(verdict, "agreeing on the verdict")[0]
-        self.last_judge = (time.perf_counter() - began, max(self.recorder.count, 1))
+        seconds, judged = time.perf_counter() - began, max(self.recorder.count, 1)
+        self.last_judge = (seconds, judged)
+        outputs_seconds = getattr(self.outputs, "seconds", 0.0) - outputs_before
+        self.last_statistics = (max(seconds - outputs_seconds, 0.0), judged)
         return verdict
 
     def more_draws(self, verdict: Verdict) -> int:
@@ -161,12 +169,13 @@ class _Rounds:
         """The most draws the next round adds (see :data:`ROUND_GROWTH`, :data:`JUDGE_SHARE`;
         ``math.inf``: as many as the verdict asks, within the budget)."""
         cap = max(math.ceil(count * ROUND_GROWTH), 1)
-        judge_seconds, judged = self.last_judge
-        if self.max_seconds is None or per_draw is None or judge_seconds <= 0.0:
+        statistics_seconds, judged = self.last_statistics
+        if self.max_seconds is None or per_draw is None or statistics_seconds <= 0.0:
             return cap
-        # the next verdict, over count + n draws, at the last one's seconds per draw:
+        # the next verdict's statistics, over count + n draws, at the last one's seconds per
+        # draw (the new draws' outputs are evaluated however the rounds are cut):
         # per_judged * (count + n) <= JUDGE_SHARE * per_draw * n
-        per_judged = judge_seconds / judged
+        per_judged = statistics_seconds / judged
         spare = JUDGE_SHARE * per_draw - per_judged
         if spare <= 0.0:  # no round is long enough: the verdict and the budget decide
             return math.inf
