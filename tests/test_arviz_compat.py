@@ -10,6 +10,8 @@ layer runs); the runs are tiny, they check plumbing, not statistics.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -136,6 +138,24 @@ def _check_dtype(array, kind):
         assert array.dtype == np.float64
     else:
         assert array.dtype.kind == kind, array.dtype
+
+
+def test_arviz_is_imported_on_first_use_not_with_the_package():
+    """Importing ArviZ takes about two seconds (SciPy's statistics, its plots): a script that
+    only samples, and the command line's ``--help``, do not wait for it."""
+    code = (
+        "import sys, pyro_sgmcmc, pyro_sgmcmc.cli.commands; "
+        "print(sorted(m for m in ('arviz', 'scipy.stats') if m in sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert loaded.strip() == "[]"
+    # on first use: the installed line's module, its version read without importing it
+    assert _arviz.az.summary is az.summary
+    assert _arviz.ARVIZ_1 == (int(az.__version__.split(".")[0]) >= 1)
+    with pytest.raises(AttributeError, match="no attribute 'InferenceDatum'"):
+        _arviz.InferenceDatum
 
 
 def test_the_result_is_the_installed_lines_object(exports):

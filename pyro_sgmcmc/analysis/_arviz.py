@@ -5,7 +5,9 @@ ArviZ 1.x splits ArviZ into ``arviz_base`` (data), ``arviz_stats`` (diagnostics,
 groups that an ArviZ 0.x ``InferenceData`` holds. The rest of the package reads and writes results
 only through the functions below, each with one implementation per line, so that it runs
 unchanged with either. Under 0.x every function does exactly what the package did before this
-module existed.
+module existed. The module is one job, kept whole so that each operation's two implementations
+sit side by side. ArviZ itself is imported when it is first used (importing it takes about two
+seconds, which a script that only samples need not wait for).
 
 =========================  ================================  ===================================
 operation                  ArviZ 0.x                         ArviZ 1.x
@@ -49,9 +51,9 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import import_module, metadata
 from typing import TYPE_CHECKING, Any
 
-import arviz as az
 import numpy as np
 import xarray as xr
 
@@ -88,18 +90,48 @@ __all__ = [
     "to_netcdf",
 ]
 
+
+class _OnFirstUse:
+    """A module imported when one of its attributes is first read: ArviZ takes about two
+    seconds to import (SciPy's statistics, its plotting), which a script that only samples, and
+    the command line's ``--help``, need not wait for."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(import_module(self._name), attribute)
+
+
+az: Any = _OnFirstUse("arviz")
+
+
+def _arviz_version() -> str:
+    """The installed ArviZ's version, from its metadata (without importing it) where it has
+    some."""
+    try:
+        return metadata.version("arviz")
+    except metadata.PackageNotFoundError:
+        return az.__version__
+
+
 #: ``True`` under ArviZ 1.x (``DataTree`` results), ``False`` under 0.x (``InferenceData``).
-ARVIZ_1: bool = int(az.__version__.split(".")[0]) >= 1
+ARVIZ_1: bool = int(_arviz_version().split(".")[0]) >= 1
 
 
 #: The dimensions that index draws in every group that holds draws.
 SAMPLE_DIMS: tuple[str, str] = ("chain", "draw")
 
-if ARVIZ_1:
-    # not ``az.InferenceData``: under 1.x that name is an alias of DataTree that warns on access
-    InferenceData: Any = xr.DataTree
-else:
-    InferenceData = az.InferenceData
+if TYPE_CHECKING:
+    InferenceData: Any  # read through the module's ``__getattr__``
+
+
+def __getattr__(name: str) -> Any:
+    """``InferenceData``: the class of a result, ``xarray.DataTree`` under ArviZ 1.x (not
+    ``az.InferenceData``, there an alias of it that warns on access), ArviZ's own under 0.x."""
+    if name == "InferenceData":
+        return xr.DataTree if ARVIZ_1 else az.InferenceData
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------------------------

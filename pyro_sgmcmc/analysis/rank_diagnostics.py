@@ -44,7 +44,7 @@ from collections.abc import Callable
 
 import numpy as np
 import xarray as xr
-from scipy import fft, special, stats
+from scipy import fft, special
 
 __all__ = ["TAIL_PROB", "ess_bulk", "ess_tail", "map_quantities", "rank_rhat", "worst_of_all"]
 
@@ -154,6 +154,8 @@ def split_chains(draws: np.ndarray) -> np.ndarray:
 def rank_normalised(draws: np.ndarray) -> np.ndarray:
     """Normal scores of the pooled ranks (ties averaged) of each quantity of ``(K, M, N)``
     draws."""
+    from scipy import stats  # here: importing it takes about a second
+
     count, chains, length = draws.shape
     ranks = stats.rankdata(draws.reshape(count, chains * length), method="average", axis=1)
     scores = special.ndtri((ranks - _BLOM) / (chains * length - 2 * _BLOM + 1))
