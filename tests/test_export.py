@@ -619,7 +619,10 @@ def test_loo_pit_works_on_a_masked_model():
         idata = run.to_inference_data()
         pit = _arviz.az.loo_pit(idata) if _arviz.ARVIZ_1 else _arviz.az.loo_pit(idata, y="obs")
     pit = np.asarray(pit["obs"] if _arviz.ARVIZ_1 else pit)
-    assert pit.shape == (8,) and np.all((pit >= 0) & (pit <= 1))
+    # probabilities, up to the rounding of a sum of normalised weights (ArviZ 1.3's came out
+    # 1 + 2.2e-16 on 2026-12-06)
+    rounding = 1e-12
+    assert pit.shape == (8,) and np.all((pit >= -rounding) & (pit <= 1 + rounding))
 
 
 def _two_masks(x, y, mask):
