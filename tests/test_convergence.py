@@ -574,7 +574,7 @@ def test_the_rounds_leave_room_in_the_budget_for_their_verdicts(y, monkeypatch):
     with pytest.warns(SamplerWarning, match=r"budget of max_seconds=4 is spent"):
         result = run_chains(kernel, y, num_chains=2, num_samples=50, warmup_steps=30,
                             target_ess=1e9, max_seconds=4.0)  # fmt: skip
-    assert len(result.judged_at) >= 2 and result.sampling_time <= 4.3
+    assert len(result.judged_at) >= 2 and result.sampling_time <= 4.5
     # a verdict this slow is not repeated after a quarter more draws: the round is long enough
     # for its verdict to take a tenth of its time or less (JUDGE_SHARE)
     first, second = result.judged_at[:2]
