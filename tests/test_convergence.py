@@ -81,6 +81,25 @@ def _verdict_imports_done():
     import scipy.stats  # noqa: F401
 
 
+@pytest.fixture
+def clock(monkeypatch):
+    """``time.perf_counter`` made a clock that moves only when told (``clock(seconds)``), and
+    by a microsecond at each reading: a test of the time budgets then times what it says its
+    draws and verdicts cost, whatever the machine's load (on a loaded machine the real clock
+    spent a 2 s budget before the second round)."""
+    now = [0.0]
+
+    def perf_counter() -> float:
+        now[0] += 1e-6
+        return now[0]
+
+    def advance(seconds: float) -> None:
+        now[0] += seconds
+
+    monkeypatch.setattr(time, "perf_counter", perf_counter)
+    return advance
+
+
 @pytest.fixture(scope="module")
 def y():
     return 3.0 + torch.randn(200, generator=torch.Generator().manual_seed(1))
@@ -507,11 +526,12 @@ def test_a_run_that_spent_its_budget_resumes_as_it_ended(y, tmp_path):
     assert torch.equal(longer.samples["mu"][:, : first.num_draws], first.samples["mu"])
 
 
-def test_the_first_round_is_sized_by_the_pace_of_the_kept_draws(y, monkeypatch):
-    """Each kept draw takes at least 50 ms here (the callback): whatever the verdict asks, the
-    first round holds no more draws than fit in what is left of the 3 s budget (it was once
-    sized by the time of the verdict alone, hundreds of draws, and overran the budget). The
-    rounds' growth is unbounded here, so that the budget alone sizes the round."""
+def test_the_first_round_is_sized_by_the_pace_of_the_kept_draws(y, monkeypatch, clock):
+    """Each kept draw takes 50 ms here (the callback, on a clock that moves only when told):
+    whatever the verdict asks, the first round holds as many draws as fit in what is left of
+    the 3 s budget, and no more (it was once sized by the time of the verdict alone, hundreds
+    of draws, and overran the budget). The rounds' growth is unbounded here, so that the
+    budget alone sizes the round."""
     import pyro_sgmcmc.inference.rounds as rounds
 
     monkeypatch.setattr(rounds, "ROUND_GROWTH", 1e6)
@@ -519,9 +539,12 @@ def test_the_first_round_is_sized_by_the_pace_of_the_kept_draws(y, monkeypatch):
     with pytest.warns(SamplerWarning, match=r"budget of max_seconds=3 is spent"):
         result = run_chains(kernel, y, num_chains=2, num_samples=10, warmup_steps=30,
                             target_ess=1e9, max_seconds=3.0,
-                            callback=lambda index, draw: time.sleep(0.05))  # fmt: skip
+                            callback=lambda index, draw: clock(0.05))  # fmt: skip
     first, second = result.judged_at[:2]
-    assert first == 10 and 1 <= second - first <= 3.0 / 0.05
+    # 2.5 s left after the first 10 draws; the pace is timed from the first draw's record, so
+    # 0.5 s over 9 draws: room for 45 (44 with the clock's ticks), where the verdict asks more
+    assert first == 10 and 44 <= second - first <= 45
+    assert result.sampling_time <= 3.0
 
 
 def _sized_round(monkeypatch, *, max_seconds, longer=10.0, judge_seconds=1.0, per_draw=0.1):
@@ -558,23 +581,24 @@ def test_rounds_are_sized_by_the_verdict_the_growth_bound_and_the_budget(monkeyp
     assert _sized_round(monkeypatch, max_seconds=21.0 + 3.2) == (20, False)
 
 
-def test_the_rounds_leave_room_in_the_budget_for_their_verdicts(y, monkeypatch):
+def test_the_rounds_leave_room_in_the_budget_for_their_verdicts(y, monkeypatch, clock):
     """A verdict that takes 16 ms per draw per chain (a classifier's outputs at a few hundred
-    test rows take seconds): the rounds are sized so that the run, verdicts included, ends
-    within its 4 s budget, up to the timing noise of a loaded machine (they once filled the
-    budget with draws, and the last verdict overran it: here by 0.75 s)."""
+    test rows take seconds), draws that take 2 ms (on a clock that moves only when told): the
+    rounds are sized so that the run, verdicts included, ends within its 4 s budget (they once
+    filled the budget with draws, and the last verdict overran it: here by 0.75 s)."""
     import pyro_sgmcmc.inference.rounds as rounds
 
     def slow_verdict(samples, *args, **kwargs):
-        time.sleep(0.016 * next(iter(samples.values())).shape[1])
+        clock(0.016 * next(iter(samples.values())).shape[1])
         return run_verdict(samples, *args, **kwargs)
 
     monkeypatch.setattr(rounds, "run_verdict", slow_verdict)
     kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=1, seed=0)
     with pytest.warns(SamplerWarning, match=r"budget of max_seconds=4 is spent"):
         result = run_chains(kernel, y, num_chains=2, num_samples=50, warmup_steps=30,
-                            target_ess=1e9, max_seconds=4.0)  # fmt: skip
-    assert len(result.judged_at) >= 2 and result.sampling_time <= 4.5
+                            target_ess=1e9, max_seconds=4.0,
+                            callback=lambda index, draw: clock(0.002))  # fmt: skip
+    assert len(result.judged_at) >= 2 and 3.5 <= result.sampling_time <= 4.0
     # a verdict this slow is not repeated after a quarter more draws: the round is long enough
     # for its verdict to take a tenth of its time or less (JUDGE_SHARE)
     first, second = result.judged_at[:2]

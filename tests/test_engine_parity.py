@@ -324,3 +324,28 @@ def test_scaling_a_dense_metric_keeps_the_unscaled_chains_bit_for_bit():
     expected = factor[1].unsqueeze(-1) * metric.matrix[1] * factor[1].unsqueeze(-2)
     torch.testing.assert_close(scaled.matrix[1], expected)
     torch.testing.assert_close(scaled.root[1] @ scaled.root[1], expected)
+
+
+def test_a_kernel_object_run_again_gives_the_same_draws():
+    """Re-running a cell of a notebook: the same kernel object through ``MCMC`` twice, through
+    ``run_chains`` between, and through two ``ResumableMCMC`` runs gives the same draws every
+    time (sequential chains were once numbered by the kernel's setups since it was built, so a
+    second ``MCMC`` run drew chains 2 and 3 of the seed, silently)."""
+    from pyro_sgmcmc import ResumableMCMC
+
+    model, args = data("hierarchical")
+    kernel = kernel_for("sghmc", model, step_size=1e-3)
+
+    def through(driver):
+        mcmc = driver(kernel, num_samples=NUM_SAMPLES, warmup_steps=WARMUP, num_chains=2,
+                      disable_progbar=True)  # fmt: skip
+        mcmc.run(*args)
+        return mcmc.get_samples(group_by_chain=True)["mu"]
+
+    first = through(MCMC)
+    stacked = run_chains(kernel, *args, num_chains=2, num_samples=NUM_SAMPLES,
+                         warmup_steps=WARMUP)  # fmt: skip
+    assert torch.equal(through(MCMC), first)
+    assert torch.equal(stacked.samples["mu"], first)
+    assert torch.equal(through(ResumableMCMC), first)
+    assert torch.equal(through(ResumableMCMC), first)

@@ -14,6 +14,7 @@ import torch
 from pyro.infer import HMC, MCMC, NUTS
 from pyro.nn import PyroModule, PyroSample
 
+import pyro_sgmcmc
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, _arviz, run_chains
 from pyro_sgmcmc.analysis.export import (
     HMCStatsCollector,
@@ -420,6 +421,16 @@ def test_discrete_observations_are_exported_as_integers():
         assert set(np.unique(values)) <= {0, 1}, group
     np.testing.assert_array_equal(idata.observed_data["obs"].values, y.long().numpy())
     assert idata.log_likelihood["obs"].dtype == np.float64
+    # the library that drew the samples, with its own version (it was once Pyro's)
+    attrs = _arviz.get_group(idata, "posterior").attrs
+    assert attrs["inference_library"] == "pyro_sgmcmc.run_chains"
+    assert attrs["inference_library_version"] == pyro_sgmcmc.__version__
+
+
+def test_an_mcmc_export_names_pyro_and_its_version(results):
+    attrs = _arviz.get_group(results["SGHMC"], "posterior").attrs
+    assert attrs["inference_library"] == "pyro"
+    assert attrs["inference_library_version"] == pyro.__version__
 
 
 def test_argument_validation(results, data):

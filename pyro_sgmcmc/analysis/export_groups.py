@@ -234,14 +234,24 @@ def _inputs(
     )
 
 
+def _library_version(library: str) -> str:
+    """The version of the library that drew the samples: this package's for ``run_chains``
+    (``pyro_sgmcmc.run_chains``), Pyro's for ``pyro.infer.MCMC`` and SVI."""
+    if library.startswith("pyro_sgmcmc"):
+        from .. import __version__
+
+        return __version__
+    return __import__("pyro").__version__
+
+
 def _posterior_attrs(run: _Source, inputs: _Inputs, wall_time: float | None) -> dict[str, Any]:
     """The source's attributes completed with the run's size, the model and ``wall_time``."""
     num_chains, num_draws = inputs.shape
     attrs = run.attrs
-    attrs.setdefault("inference_library", "pyro")
+    library = attrs.setdefault("inference_library", "pyro")
     attrs.update(
         {
-            "inference_library_version": __import__("pyro").__version__,
+            "inference_library_version": _library_version(library),
             "creator": "pyro_sgmcmc.analysis.export",
             "num_chains": int(num_chains),
             "num_draws": int(num_draws),

@@ -273,6 +273,9 @@ class ResumableMCMC(MCMC):
         self._checkpoints.check_fresh_run(resume_from)
         if resume_from is None:
             self._reset_progress()
+            start_run = getattr(self.kernel, "start_run", None)
+            if start_run is not None:  # a kernel object run before: its chains from 0 again
+                start_run()
         else:
             restore_rng = self._restore(load_checkpoint(resume_from, _REQUIRED), resume_from)
         self._sample_chains(restore_rng)

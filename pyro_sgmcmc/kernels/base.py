@@ -131,11 +131,21 @@ class StochasticGradientKernel(MCMCKernel):
         self._sampling_seconds = 0.0  # the chain's sample() calls: warm-up and kept draws
 
     def _chain_index(self, worker_chain: int | None) -> int:
-        """The index of the chain being set up: chains run one after the other share this object
-        (Pyro calls ``setup`` once per chain), so it is the number of ``setup`` calls; in a worker
-        process of a parallel run, the index Pyro gave the worker (``worker_chain``). Either way
-        chain ``c`` has the same seed, hence the same draws, as under ``run_chains``."""
-        return self._num_setups if worker_chain is None else worker_chain
+        """The index of the chain being set up: in a worker process of a parallel run, the index
+        Pyro gave the worker (``worker_chain``); in a sequential ``pyro.infer.MCMC`` run, the
+        chain Pyro is running (so that a kernel object run again gives the same draws);
+        elsewhere (:class:`~pyro_sgmcmc.ResumableMCMC`, a loop of one's own) the number of
+        ``setup`` calls since the kernel was built or :meth:`start_run`. Either way chain ``c``
+        has the same seed, hence the same draws, as under ``run_chains``."""
+        if worker_chain is not None:
+            return worker_chain
+        position = sequential_run_position()
+        return self._num_setups if position is None else position[0]
+
+    def start_run(self) -> None:
+        """Number the chains from 0 again: the next :meth:`setup` sets up chain 0 (a driver
+        that runs chains one after the other in this process calls it before a new run)."""
+        self._num_setups = 0
 
     # ------------------------------------------------------------------ MCMCKernel API
     @property
@@ -178,7 +188,7 @@ class StochasticGradientKernel(MCMCKernel):
         user = self._user_initial_params
         chain = self._chain_index(worker_chain)
         self._reset_chain()
-        self._num_setups += 1
+        self._num_setups = chain + 1
         args, kwargs = as_tensor_arguments(args, kwargs)  # as run_chains does: NumPy data work
         self._data = (args, kwargs)
         self._run_position = sequential_run_position()
