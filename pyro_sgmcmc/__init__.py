@@ -35,6 +35,7 @@ import importlib
 from typing import Any
 
 from . import _moved  # importing it installs the finder of the former module paths
+from ._version import __version__
 from .errors import (
     CheckpointError,
     DistributedRunError,
@@ -47,8 +48,6 @@ from .kernels import PSGLD, SGHMC, SGLD, ConstantSGD, StochasticGradientKernel
 from .kernels.pyro_driver import sequential_chains
 from .models.initialization import find_map, init_to_prior
 from .nn import BayesianMLP, GammaPrecision, NormalPrior, ScaleMixturePrior
-
-__version__ = "0.2.0"
 
 #: Public names loaded on first use, and the module each comes from.
 _LAZY = {

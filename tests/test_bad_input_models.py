@@ -145,6 +145,30 @@ def test_data_on_the_meta_device_are_refused_by_name():
         run(sgld(mean_model), Y.to("meta"))
 
 
+class _TutorialRegression(PyroModule):
+    """Pyro's tutorial regression: ``PyroModule[nn.Linear]`` with ``PyroSample`` weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = PyroModule[nn.Linear](2, 1)
+        self.linear.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 2]).to_event(2))
+        self.linear.bias = PyroSample(dist.Normal(0.0, 10.0).expand([1]).to_event(1))
+
+    def forward(self, x, y=None):
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(self.linear(x).squeeze(-1), 1.0), obs=y)
+
+
+@pytest.mark.parametrize("model", [regression, _TutorialRegression()], ids=["function", "module"])
+def test_float64_data_for_a_float32_model_are_named_whatever_the_model(model):
+    """A function model met the dtype check; a module failed first, inside its ``nn.Linear``,
+    with torch's 'mat1 and mat2 must have the same dtype' behind a generic message."""
+    with pytest.raises(ModelContractError, match=r"given to run\(...\): model argument args\[0\] "
+                       r"has dtype torch\.float64, but the model computes in torch\.float32: "
+                       r"convert the data"):  # fmt: skip
+        run(sgld(model), X.double(), Y.double())
+
+
 def test_initial_params_for_some_sites_start_the_others_from_the_init_strategy():
     def two_sites(y):
         mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
@@ -248,8 +272,8 @@ def test_an_unknown_plate_name_in_the_export_is_named(tmp_path):
 
 
 def test_fit_svi_refuses_data_the_model_fails_on_in_one_line():
-    """As the kernels do (float64 data for a float32 network): not torch's error with Pyro's
-    table of trace shapes."""
+    """As the kernels do (float64 data for a float32 network): the argument and both dtypes
+    named, not torch's error with Pyro's table of trace shapes."""
 
     class Regression(PyroModule):
         def __init__(self):
@@ -264,7 +288,9 @@ def test_fit_svi_refuses_data_the_model_fails_on_in_one_line():
     model = Regression()
     x, y = torch.randn(20, 3, dtype=torch.float64), torch.randn(20, dtype=torch.float64)
     with pytest.raises(
-        ModelContractError, match=r"the model fails on the data given to fit_svi\(...\) \("
+        ModelContractError,
+        match=r"the model fails on the data given to fit_svi\(...\): model argument args\[0\] "
+        r"has dtype torch\.float64, but the model computes in torch\.float32",
     ) as refused:
         fit_svi(model, x, y, num_steps=2)
     assert "Trace Shapes" not in str(refused.value)

@@ -488,6 +488,27 @@ def test_rounds_resume_from_a_checkpoint_bit_for_bit(y, tmp_path):
     assert torch.equal(resumed.samples["mu"], whole.samples["mu"])
 
 
+def test_a_finished_fixed_length_run_goes_on_until_converged(y, tmp_path):
+    """A run of fixed length whose verdict says "not converged", resumed from its checkpoint
+    with a ``target_ess``, draws on in rounds until it has converged: the draws and verdicts of
+    a run given that target from the start (it was refused: "written by a run with
+    target_ess=None")."""
+    path = tmp_path / "fixed.ckpt"
+
+    def kernel():
+        return SGLD(normal_mean, batch_size=20, num_steps_per_sample=2, seed=2)
+
+    options = {"num_chains": 2, "num_samples": 20, "warmup_steps": 400}
+    with pytest.warns(SamplerWarning, match="not converged"):
+        fixed = run_chains(kernel(), y, checkpoint_path=path, **options)
+    resumed = run_chains(kernel(), y, resume_from=path, target_ess=200, **options)
+    whole = run_chains(kernel(), y, target_ess=200, **options)
+    assert not fixed.verdict.converged and resumed.verdict.converged
+    assert resumed.judged_at == whole.judged_at and resumed.judged_at[0] == 20
+    assert torch.equal(resumed.samples["mu"], whole.samples["mu"])
+    assert torch.equal(resumed.samples["mu"][:, :20], fixed.samples["mu"])
+
+
 def test_a_spent_budget_says_so(y):
     kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=1, seed=0)
     with pytest.warns(SamplerWarning, match=r"not converged: .* budget of max_seconds=0\.5"):

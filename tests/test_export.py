@@ -427,6 +427,14 @@ def test_discrete_observations_are_exported_as_integers():
     assert attrs["inference_library_version"] == pyro_sgmcmc.__version__
 
 
+def test_the_package_has_one_version():
+    """``pyproject.toml`` reads the version from ``pyro_sgmcmc/_version.py`` (they once said
+    0.1.0 and 0.2.0): the installed metadata and the module agree."""
+    from importlib.metadata import version
+
+    assert version("pyro-sgmcmc") == pyro_sgmcmc.__version__
+
+
 def test_an_mcmc_export_names_pyro_and_its_version(results):
     attrs = _arviz.get_group(results["SGHMC"], "posterior").attrs
     assert attrs["inference_library"] == "pyro"

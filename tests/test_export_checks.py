@@ -395,6 +395,26 @@ def test_fingerprints_tell_functions_and_wrapped_functions_apart():
     assert model_fingerprint(tanh) != model_fingerprint(relu)
 
 
+def test_nuts_on_global_sites_first_exports_with_the_module_without_a_warning(data):
+    """The docs run a module's NUTS reference as ``NUTS(GlobalSitesFirst(model))`` and export
+    it with ``to_inference_data(mcmc, model, ...)``: the same density, so no warning (it once
+    warned that the model differs from ``<GlobalSitesFirst object at 0x...>``)."""
+    from pyro.infer import MCMC, NUTS
+
+    from pyro_sgmcmc.models.structure import GlobalSitesFirst
+
+    x, y, _, _ = data
+    model = BayesianMLP(3, [4], 1, activation="tanh")
+    assert model_fingerprint(GlobalSitesFirst(model)) == model_fingerprint(model)
+    mcmc = MCMC(NUTS(GlobalSitesFirst(model), max_tree_depth=3), num_samples=4, warmup_steps=4,
+                disable_progbar=True)  # fmt: skip
+    mcmc.run(x, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelMismatchWarning)
+        idata = to_inference_data(mcmc, model, x, y)
+    assert _arviz.get_group(idata, "log_likelihood")["obs"].shape[:2] == (1, 4)
+
+
 # ---------------------------------------------------------------------------------------------
 # labels and test sets
 # ---------------------------------------------------------------------------------------------

@@ -509,10 +509,22 @@ def _discrete(y):
         pyro.sample("obs", dist.Normal(mu + k, 1.0), obs=y[idx])
 
 
+def _mixture_assignment(y):
+    locs = pyro.sample("locs", dist.Normal(0.0, 5.0).expand([2]).to_event(1))
+    with pyro.plate("data", len(y)) as idx:
+        z = pyro.sample("z", dist.Categorical(torch.ones(2) / 2))
+        pyro.sample("obs", dist.Normal(locs[z], 1.0), obs=y[idx])
+
+
 @pytest.mark.parametrize(
     ("model", "message"),
     [
         (_no_plate, r"no pyro.plate named 'data'.*plates found: none"),
+        (
+            _mixture_assignment,
+            r"latent site 'z' inside the data plate 'data' is discrete \(Categorical\).*"
+            r"Marginalise it out.*enumeration",
+        ),
         (_other_plate, r"no pyro.plate named 'data'.*\['rows'\]"),
         (
             _local_latent,

@@ -23,6 +23,7 @@ from pyro.poutine.util import site_is_subsample
 
 from .._validation import as_tensor_arguments
 from ..errors import ModelMismatchError, ModelMismatchWarning
+from ..models.structure import GlobalSitesFirst
 from ..nn.mlp import ACTIVATIONS, BayesianMLP
 from .export_xarray import _argument_names
 
@@ -48,7 +49,11 @@ def model_fingerprint(model: Callable[..., Any]) -> str:
     * another ``torch.nn.Module``: its class and ``repr`` (sub-modules and their sizes).
     * a function: its qualified name and a hash of its byte code, constants and names.
     * a function wrapped in Pyro handlers: ``wrapped`` and the fingerprint of the function.
+    * :class:`~pyro_sgmcmc.models.structure.GlobalSitesFirst` (what NUTS runs a module as): the
+      fingerprint of its module, whose density it is.
     """
+    if isinstance(model, GlobalSitesFirst):
+        return model_fingerprint(model.module)
     if isinstance(model, BayesianMLP):
         return f"{model!r} activation={_activation_name(model.activation)}"
     if isinstance(model, torch.nn.Module):

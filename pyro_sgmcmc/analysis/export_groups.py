@@ -20,6 +20,7 @@ import xarray as xr
 from pyro.infer import MCMC
 
 from .._validation import as_tensor_arguments, check_positive_int
+from .._version import __version__
 from ..models.hidden_units import has_hidden_units
 from ..models.structure import with_global_sites
 from ..variational.svi import SVIResult, global_param_mode
@@ -238,8 +239,6 @@ def _library_version(library: str) -> str:
     """The version of the library that drew the samples: this package's for ``run_chains``
     (``pyro_sgmcmc.run_chains``), Pyro's for ``pyro.infer.MCMC`` and SVI."""
     if library.startswith("pyro_sgmcmc"):
-        from .. import __version__
-
         return __version__
     return __import__("pyro").__version__
 

@@ -29,13 +29,13 @@ from .._validation import as_tensor_arguments
 from ..dynamics.registry import Algorithm
 from ..errors import ModelContractError
 from ..models.conjugate import find_normal_gamma_updates
+from ..models.contract_checks import check_finite_data
 from ..models.gibbs import GibbsUpdate
 from ..models.hidden_units import has_hidden_units
 from ..models.potential_choice import make_potential
 from ..models.potentials import Potential
 from ..models.structure import (
     ModelStructure,
-    check_finite_data,
     data_mismatch,
     inspect_model,
     resolve_batch_size,

@@ -292,7 +292,9 @@ def run_chains(
     resume_from:
         Continue the run saved in this checkpoint, bit for bit: the same kernel (class,
         settings, seed), model, data, ``num_chains``, ``num_samples`` and ``warmup_steps`` are
-        required (:class:`~pyro_sgmcmc.CheckpointError` otherwise).
+        required (:class:`~pyro_sgmcmc.CheckpointError` otherwise). ``target_ess`` and
+        ``max_seconds`` may differ: a finished run resumed with a ``target_ess`` draws on in
+        rounds until it has converged, as if it had been given that target from the start.
     overwrite:
         Allow ``checkpoint_path`` to replace a file that is not this run's checkpoint.
     disable_validation:
@@ -597,7 +599,9 @@ class _Saver:
             raise CheckpointError(f"{str(path)!r} is a checkpoint of {payload['kind']}, not of "
                                   "run_chains")  # fmt: skip
         for name, value in self.run.items():
-            if payload["run"].get(name) != value:
+            # a run may go on to another target_ess (a fixed-length one until converged): the
+            # rounds decide where the chains stop, never what they draw
+            if name != "target_ess" and payload["run"].get(name) != value:
                 raise CheckpointError(
                     f"the checkpoint {str(path)!r} was written by a run with {name}="
                     f"{payload['run'].get(name)}, this one has {name}={value}"

@@ -1,13 +1,14 @@
 """Checks of the model contract that name what is wrong: an observation that broadcasts its
 distribution, a plate asking for more rows than it has, a prior computed from data that are
-sliced to each minibatch, a latent site inside the data plate. :mod:`.structure` runs them
-while it inspects a model."""
+sliced to each minibatch, a latent site inside the data plate, data that are not finite, or of
+another floating dtype than the model. :mod:`.structure` runs them while it inspects a model."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from pyro import poutine
 from pyro.poutine.messenger import Messenger
@@ -119,6 +120,15 @@ def latent_in_data_plate(name: str, plate_name: str, trace: Trace) -> ModelContr
             "instead, mask them: `with poutine.mask(mask=mask[idx]): pyro.sample("
             f"{base!r}, ..., obs=y[idx])` (any placeholder value in y's masked rows)."
         )
+    fn = trace.nodes[name]["fn"]
+    if fn.support.is_discrete:  # a per-row assignment (a mixture's z): no plate of its own helps
+        return ModelContractError(
+            f"latent site {name!r} inside the data plate {plate_name!r} is discrete "
+            f"({type(fn).__name__}), one value per row: SG-MCMC kernels need continuous global "
+            "latent sites. Marginalise it out (a mixture: `dist.MixtureSameFamily`, or sum "
+            "its log-probabilities with `torch.logsumexp` in a `pyro.factor`), or use Pyro's "
+            "NUTS with enumeration (`@config_enumerate`, `infer={'enumerate': 'parallel'}`)."
+        )
     return ModelContractError(
         f"latent site {name!r} is inside the data plate {plate_name!r}: its prior would be "
         "scaled by N/B on every minibatch. SG-MCMC supports global latent sites only: sample "
@@ -127,3 +137,47 @@ def latent_in_data_plate(name: str, plate_name: str, trace: Trace) -> ModelContr
         "pyro.sample(...)`, indexed by the data plate's rows: `with pyro.plate('data', N) as "
         "idx: ... theta[group[idx]] ..., obs=y[idx])`."
     )
+
+
+def dtype_mismatch(model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> str | None:
+    """For a model that failed on its data: the floating argument whose dtype is not the one the
+    model computes in (float64 data for a float32 ``nn.Linear`` fail inside torch, as 'mat1 and
+    mat2 must have the same dtype'), named; ``None`` where every one has it. The model's dtype
+    is that of a module's first floating parameter or buffer, else the default dtype, which
+    ``PyroSample`` priors built from Python floats draw in."""
+    dtype = torch.get_default_dtype()
+    if isinstance(model, torch.nn.Module):
+        floating = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
+        dtype = floating[0].dtype if floating else dtype
+    named = [(f"args[{i}]", a) for i, a in enumerate(args)]
+    for name, value in named + [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]:
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
+            return (
+                f"model argument {name} has dtype {value.dtype}, but the model computes in "
+                f"{dtype}: convert the data (e.g. .to({dtype})) or build the model under "
+                f"torch.set_default_dtype({value.dtype})"
+            )
+    return None
+
+
+def check_finite_data(args: tuple, kwargs: Mapping[str, Any]) -> None:
+    """Refuse tensors in the model arguments that contain NaN or infinity, are empty, or live on
+    the ``meta`` device (no values)."""
+    named = [(f"args[{i}]", a) for i, a in enumerate(args)]
+    for name, value in named + [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]:
+        if isinstance(value, np.ndarray) and value.dtype.kind in "fc":
+            value = torch.from_numpy(value)
+        if isinstance(value, torch.Tensor):
+            if value.is_meta:
+                raise ValueError(
+                    f"model argument {name} is on the 'meta' device, which holds shapes but no "
+                    "values: give the data on 'cpu' or 'cuda'"
+                )
+            if value.numel() == 0:
+                raise ValueError(f"model argument {name} is an empty tensor: the data set is empty")
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                bad = int((~torch.isfinite(value)).sum())
+                raise ValueError(
+                    f"model argument {name} contains {bad} NaN or infinite values; "
+                    "clean or impute the data before sampling"
+                )

@@ -41,8 +41,9 @@ from .._validation import (
 from ..engine.layout import FlatLayout
 from ..engine.minibatch import Minibatcher
 from ..engine.seeds import chain_generators, chain_seeds
+from .contract_checks import check_finite_data
 from .potential_choice import make_potential
-from .structure import check_finite_data, inspect_model, resolve_batch_size
+from .structure import inspect_model, resolve_batch_size
 
 __all__ = ["MapResult", "find_map", "init_to_fan_in", "init_to_prior"]
 

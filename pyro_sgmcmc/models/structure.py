@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from pyro import poutine
 from pyro.nn import PyroModule
@@ -39,6 +38,7 @@ from .contract_checks import (
     CheckSubsampleSize,
     check_observation_shape,
     check_priors_ignore_slicing,
+    dtype_mismatch,
     latent_in_data_plate,
 )
 
@@ -46,7 +46,6 @@ __all__ = [
     "DataPlate",
     "GlobalSitesFirst",
     "ModelStructure",
-    "check_finite_data",
     "check_plate_fits_data",
     "find_data_plate",
     "inspect_model",
@@ -310,28 +309,6 @@ def _named(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[ArgumentKey, st
     return [(i, f"args[{i}]", a) for i, a in enumerate(args)] + [
         (k, f"kwargs[{k!r}]", v) for k, v in kwargs.items()
     ]
-
-
-def check_finite_data(args: tuple, kwargs: Mapping[str, Any]) -> None:
-    """Refuse tensors in the model arguments that contain NaN or infinity, are empty, or live on
-    the ``meta`` device (no values)."""
-    for _, name, value in _named(args, kwargs):
-        if isinstance(value, np.ndarray) and value.dtype.kind in "fc":
-            value = torch.from_numpy(value)
-        if isinstance(value, torch.Tensor):
-            if value.is_meta:
-                raise ValueError(
-                    f"model argument {name} is on the 'meta' device, which holds shapes but no "
-                    "values: give the data on 'cpu' or 'cuda'"
-                )
-            if value.numel() == 0:
-                raise ValueError(f"model argument {name} is an empty tensor: the data set is empty")
-            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-                bad = int((~torch.isfinite(value)).sum())
-                raise ValueError(
-                    f"model argument {name} contains {bad} NaN or infinite values; "
-                    "clean or impute the data before sampling"
-                )
 
 
 def inspect_model(
@@ -625,6 +602,8 @@ def data_mismatch(
     ``call``, e.g. ``"run(...)"``): rows that do not fit the plate are named first
     (:func:`check_plate_fits_data` raises), else the model's own error in one line."""
     check_plate_fits_data(model, args, kwargs, plate_name)
+    if (dtypes := dtype_mismatch(model, args, kwargs)) is not None:
+        return ModelContractError(f"the model fails on the data given to {call}: {dtypes}")
     first_line = str(error).splitlines()[0] if str(error) else ""
     return ModelContractError(
         f"the model fails on the data given to {call} ({type(error).__name__}: {first_line}). "

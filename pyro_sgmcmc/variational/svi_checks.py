@@ -26,9 +26,9 @@ from .._validation import (
     check_positive_int,
 )
 from ..errors import ModelContractError
+from ..models.contract_checks import check_finite_data
 from ..models.structure import (
     DataPlate,
-    check_finite_data,
     data_mismatch,
     inspect_model,
     resolve_batch_size,
