@@ -139,6 +139,13 @@ def latent_in_data_plate(name: str, plate_name: str, trace: Trace) -> ModelContr
     )
 
 
+def _named_arguments(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The model's arguments with the names messages give them: ``args[0]``, ``kwargs['x']``."""
+    return [(f"args[{i}]", a) for i, a in enumerate(args)] + [
+        (f"kwargs[{k!r}]", v) for k, v in kwargs.items()
+    ]
+
+
 def dtype_mismatch(model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> str | None:
     """For a model that failed on its data: the floating argument whose dtype is not the one the
     model computes in (float64 data for a float32 ``nn.Linear`` fail inside torch, as 'mat1 and
@@ -149,8 +156,7 @@ def dtype_mismatch(model: Callable[..., Any], args: tuple, kwargs: Mapping[str, 
     if isinstance(model, torch.nn.Module):
         floating = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
         dtype = floating[0].dtype if floating else dtype
-    named = [(f"args[{i}]", a) for i, a in enumerate(args)]
-    for name, value in named + [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]:
+    for name, value in _named_arguments(args, kwargs):
         if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
             return (
                 f"model argument {name} has dtype {value.dtype}, but the model computes in "
@@ -163,8 +169,7 @@ def dtype_mismatch(model: Callable[..., Any], args: tuple, kwargs: Mapping[str, 
 def check_finite_data(args: tuple, kwargs: Mapping[str, Any]) -> None:
     """Refuse tensors in the model arguments that contain NaN or infinity, are empty, or live on
     the ``meta`` device (no values)."""
-    named = [(f"args[{i}]", a) for i, a in enumerate(args)]
-    for name, value in named + [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]:
+    for name, value in _named_arguments(args, kwargs):
         if isinstance(value, np.ndarray) and value.dtype.kind in "fc":
             value = torch.from_numpy(value)
         if isinstance(value, torch.Tensor):
