@@ -29,7 +29,7 @@ from .._validation import as_tensor_arguments
 from ..dynamics.registry import Algorithm
 from ..errors import ModelContractError
 from ..models.conjugate import find_normal_gamma_updates
-from ..models.contract_checks import check_finite_data
+from ..models.contract_checks import check_finite_data, dtype_mismatch
 from ..models.gibbs import GibbsUpdate
 from ..models.hidden_units import has_hidden_units
 from ..models.potential_choice import make_potential
@@ -421,15 +421,8 @@ def data_device(args: tuple, kwargs: Mapping[str, Any]) -> torch.device:
 
 def _check_data_dtypes(args: tuple, kwargs: Mapping[str, Any], dtype: torch.dtype) -> None:
     """Floating data must have the dtype of the latent sites (mixing them fails mid-run)."""
-    named = [(f"args[{i}]", a) for i, a in enumerate(args)]
-    named += [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]
-    for name, value in named:
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
-            raise TypeError(
-                f"model argument {name} has dtype {value.dtype}, but the model's latent sites "
-                f"have dtype {dtype}: convert the data (e.g. .to({dtype})) or build the model "
-                f"under torch.set_default_dtype({value.dtype})"
-            )
+    if (mismatch := dtype_mismatch(args, kwargs, dtype)) is not None:
+        raise TypeError(mismatch)
 
 
 def _inspect(model, args, kwargs, settings: SamplerSettings) -> ModelStructure:

@@ -130,16 +130,15 @@ class StochasticGradientKernel(MCMCKernel):
         self._setup_seconds = 0.0
         self._sampling_seconds = 0.0  # the chain's sample() calls: warm-up and kept draws
 
-    def _chain_index(self, worker_chain: int | None) -> int:
+    def _chain_index(self, worker_chain: int | None, position: tuple[int, int] | None) -> int:
         """The index of the chain being set up: in a worker process of a parallel run, the index
         Pyro gave the worker (``worker_chain``); in a sequential ``pyro.infer.MCMC`` run, the
-        chain Pyro is running (so that a kernel object run again gives the same draws);
-        elsewhere (:class:`~pyro_sgmcmc.ResumableMCMC`, a loop of one's own) the number of
-        ``setup`` calls since the kernel was built or :meth:`start_run`. Either way chain ``c``
-        has the same seed, hence the same draws, as under ``run_chains``."""
+        chain Pyro is running, ``position[0]`` (so that a kernel object run again gives the
+        same draws); elsewhere (:class:`~pyro_sgmcmc.ResumableMCMC`, a loop of one's own) the
+        number of ``setup`` calls since the kernel was built or :meth:`start_run`. Either way
+        chain ``c`` has the same seed, hence the same draws, as under ``run_chains``."""
         if worker_chain is not None:
             return worker_chain
-        position = sequential_run_position()
         return self._num_setups if position is None else position[0]
 
     def start_run(self) -> None:
@@ -186,12 +185,13 @@ class StochasticGradientKernel(MCMCKernel):
         if worker_chain is not None:
             one_thread_per_worker()  # before any tensor operation of the worker
         user = self._user_initial_params
-        chain = self._chain_index(worker_chain)
+        position = sequential_run_position()
+        chain = self._chain_index(worker_chain, position)
         self._reset_chain()
         self._num_setups = chain + 1
         args, kwargs = as_tensor_arguments(args, kwargs)  # as run_chains does: NumPy data work
         self._data = (args, kwargs)
-        self._run_position = sequential_run_position()
+        self._run_position = position
         self._in_parallel_worker = worker_chain is not None
         if self._run_position is None or self._run_position[0] == 0:
             self._finished_chains, self._finished_meters = [], []

@@ -146,16 +146,22 @@ def _named_arguments(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[str, 
     ]
 
 
-def dtype_mismatch(model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> str | None:
-    """For a model that failed on its data: the floating argument whose dtype is not the one the
-    model computes in (float64 data for a float32 ``nn.Linear`` fail inside torch, as 'mat1 and
-    mat2 must have the same dtype'), named; ``None`` where every one has it. The model's dtype
-    is that of a module's first floating parameter or buffer, else the default dtype, which
-    ``PyroSample`` priors built from Python floats draw in."""
-    dtype = torch.get_default_dtype()
+def model_dtype(model: Callable[..., Any]) -> torch.dtype:
+    """The floating dtype a model computes in before it has run: that of a module's first
+    floating parameter or buffer, else the default dtype, which ``PyroSample`` priors built
+    from Python floats draw in."""
     if isinstance(model, torch.nn.Module):
-        floating = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
-        dtype = floating[0].dtype if floating else dtype
+        for tensor in (*model.parameters(), *model.buffers()):
+            if tensor.is_floating_point():
+                return tensor.dtype
+    return torch.get_default_dtype()
+
+
+def dtype_mismatch(args: tuple, kwargs: Mapping[str, Any], dtype: torch.dtype) -> str | None:
+    """The floating argument whose dtype is not ``dtype``, the model's, named (float64 data
+    for a float32 ``nn.Linear`` fail inside torch, as 'mat1 and mat2 must have the same
+    dtype'; where the model's operations promote them, mid-run); ``None`` where every one
+    has it."""
     for name, value in _named_arguments(args, kwargs):
         if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
             return (

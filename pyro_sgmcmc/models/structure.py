@@ -40,6 +40,7 @@ from .contract_checks import (
     check_priors_ignore_slicing,
     dtype_mismatch,
     latent_in_data_plate,
+    model_dtype,
 )
 
 __all__ = [
@@ -602,7 +603,7 @@ def data_mismatch(
     ``call``, e.g. ``"run(...)"``): rows that do not fit the plate are named first
     (:func:`check_plate_fits_data` raises), else the model's own error in one line."""
     check_plate_fits_data(model, args, kwargs, plate_name)
-    if (dtypes := dtype_mismatch(model, args, kwargs)) is not None:
+    if (dtypes := dtype_mismatch(args, kwargs, model_dtype(model))) is not None:
         return ModelContractError(f"the model fails on the data given to {call}: {dtypes}")
     first_line = str(error).splitlines()[0] if str(error) else ""
     return ModelContractError(
