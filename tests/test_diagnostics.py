@@ -13,7 +13,7 @@ import torch
 from pyro.infer import MCMC
 from pyro.infer.autoguide.initialization import init_to_sample
 
-from pyro_sgmcmc import SGLD, _arviz
+from pyro_sgmcmc import SGHMC, SGLD, _arviz, run_chains
 from pyro_sgmcmc.analysis.diagnostics import (
     FUNCTION_RHAT_BOUND,
     RHAT_BOUND,
@@ -23,6 +23,8 @@ from pyro_sgmcmc.analysis.diagnostics import (
     reports_table,
 )
 from pyro_sgmcmc.analysis.export import to_inference_data
+from pyro_sgmcmc.errors import SamplerWarning
+from pyro_sgmcmc.nn import BayesianMLP
 
 NUM_DATA = 20
 
@@ -237,3 +239,36 @@ def test_report_on_another_group_and_bad_group():
     assert report.num_chains == 2 and report.max_rhat < 1.1
     with pytest.raises(ValueError, match="group must be one of"):
         convergence_report(idata, group="nope")
+
+
+def test_an_export_without_test_inputs_is_judged_at_the_rows_the_run_judged(tmp_path):
+    """A network run without a test set is judged at up to 64 training rows; its export stores
+    the outputs at every row, and ``convergence_report`` judges the rows the run judged, so that
+    one file says one verdict (it judged all 150 rows before, R-hat 1.259 against the run's
+    1.248 in a user's probe). Asked for the group by name, it judges every row."""
+    generator = torch.Generator().manual_seed(1)
+    # rows in random order: the outputs that mix worst (the ends of the inputs' range) are then
+    # at rows the run did not judge
+    x = torch.linspace(-1, 1, 150)[torch.randperm(150, generator=generator)].unsqueeze(-1)
+    y = torch.sin(3 * x.squeeze(-1)) + 0.1 * torch.randn(150, generator=generator)
+    kernel = SGHMC(BayesianMLP(1, [8], 1), batch_size=16, num_steps_per_sample=2, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplerWarning)
+        result = run_chains(kernel, x, y, num_chains=2, num_samples=30, warmup_steps=40,
+                            target_ess=None)  # fmt: skip
+    assert result.verdict.basis == "f(x)" and result.judged_of_rows == 150
+    assert len(result.judged_rows) == 64 and result.judged_rows[-1] == 149
+    path = tmp_path / "run.nc"
+    _arviz.to_netcdf(to_inference_data(result), path)
+    idata = _arviz.load_netcdf(path)
+    assert _arviz.get_group(idata, "posterior_predictive")["output"].shape[2] == 150
+    verdict = result.verdict
+    run_numbers = {verdict.statistic: verdict.value, **{s: v for s, v, _ in verdict.others}}
+    report = convergence_report(idata)
+    assert (report.basis, report.converged) == ("f(x)", verdict.converged)
+    report_numbers = {"R-hat": report.max_rhat, "bulk ESS": report.min_ess_bulk,
+                      "tail ESS": report.min_ess_tail}  # fmt: skip
+    assert report_numbers == pytest.approx(run_numbers, rel=1e-6)
+    every_row = convergence_report(idata, group="posterior_predictive", var_names=["output"])
+    every_row_numbers = (every_row.max_rhat, every_row.min_ess_bulk, every_row.min_ess_tail)
+    assert every_row_numbers != pytest.approx(tuple(report_numbers.values()), rel=1e-6)

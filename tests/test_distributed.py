@@ -344,7 +344,8 @@ def test_kernels_and_run_chains_on_the_data_device(device):
     from pyro.infer import MCMC
 
     model, x, y = on_device(device)
-    result = run_chains(scenarios.sghmc(model, False), x, y, num_chains=2, num_samples=4)
+    result = run_chains(scenarios.sghmc(model, False), x, y, num_chains=2, num_samples=4,
+                        warmup_steps=0)  # fmt: skip
     assert all(value.device.type == device for value in result.samples.values())
     mcmc = MCMC(scenarios.sghmc(model, False), num_samples=4, warmup_steps=0,
                 disable_progbar=True)  # fmt: skip
@@ -359,7 +360,7 @@ def test_kernels_and_run_chains_on_the_data_device(device):
         return 1e300 if t == 5 else 1e-3
 
     diverging = run_chains(scenarios.sghmc(model, False, step_size=spike), x, y, num_chains=2,
-                           num_samples=4)  # fmt: skip
+                           num_samples=4, warmup_steps=0)  # fmt: skip
     assert diverging.sample_stats["diverging"].any()
 
 

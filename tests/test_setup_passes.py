@@ -111,7 +111,7 @@ def test_the_set_up_runs_the_model_on_all_rows_at_most_once(name, driver, monkey
     if driver == "mcmc":
         MCMC(kernel, num_samples=2, warmup_steps=0, num_chains=1, disable_progbar=True).run(*data)
     else:
-        run_chains(kernel, *data, num_chains=3, num_samples=2)
+        run_chains(kernel, *data, num_chains=3, num_samples=2, warmup_steps=0)
     assert runs.count <= 1
 
 

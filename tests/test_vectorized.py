@@ -58,6 +58,13 @@ class GaussianMean:
         return prior - 0.5 * scale * residual.square().sum((-1, -2))
 
 
+def pyro_gaussian_mean(y: torch.Tensor) -> None:
+    """:class:`GaussianMean`'s model without its ``log_joint``."""
+    mu = pyro.sample("mu", dist.Normal(torch.zeros(DIM), 1.0).to_event(1))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu, 1.0).to_event(1), obs=y[idx])
+
+
 @pytest.fixture
 def gaussian_data():
     generator = torch.Generator().manual_seed(1)
@@ -222,6 +229,23 @@ def test_run_chains_takes_a_kernel_and_refuses_anything_else(gaussian_data):
         run(GaussianMean(), y, step_size=1e-3, control_variate="map")
     with pytest.raises(TypeError, match="callback must be callable"):
         run(GaussianMean(), y, step_size=1e-3, callback=3)
+
+
+def test_the_default_warmup_is_num_samples_as_in_pyro_mcmc(gaussian_data):
+    """``run_chains(kernel, y)`` with every default works for the adaptive warm-up (a warm-up
+    of 0 draws refused it): it warms up for ``num_samples`` draws, as ``pyro.infer.MCMC``
+    does, and draws what the same warm-up given by hand draws; a warm-up of 0 stays refused."""
+    y = gaussian_data[0]
+
+    def draws(**options):
+        kernel = SGHMC(pyro_gaussian_mean, batch_size=10, seed=3)
+        return run_chains(kernel, y, num_chains=2, num_samples=40, **options)
+
+    by_default = draws()
+    assert torch.equal(by_default.samples["mu"], draws(warmup_steps=40).samples["mu"])
+    assert by_default.num_draws == 40 and by_default.verdict is not None
+    with pytest.raises(ValueError, match="needs at least 20 warm-up gradient steps"):
+        draws(warmup_steps=0)
 
 
 def test_models_without_a_batched_fast_path_run_chain_by_chain(gaussian_data):

@@ -37,7 +37,7 @@ and localization: an improved R-hat for assessing convergence of MCMC", Bayesian
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -377,7 +377,10 @@ def convergence_report(
     group:
         The group whose draws are diagnosed. Default: ``"posterior"``; for a network
         (``function_space``), its outputs: the variable ``output`` of ``predictions`` (the
-        test inputs), else of ``posterior_predictive`` (the training inputs).
+        test inputs), else of ``posterior_predictive`` (the training inputs), there at the rows
+        a ``run_chains`` run judged (the posterior's attributes ``judged_rows`` and
+        ``judged_of_rows``), so that the report says the run's verdict. A group given by name
+        is judged at every row.
     function_space:
         Judge the draws as a network's outputs (:data:`FUNCTION_RHAT_BOUND`). Default: the
         ``function_space`` attribute the export records for networks, for the groups of
@@ -396,11 +399,14 @@ def convergence_report(
         raise ValueError("idata must have a posterior group")
     attrs = _arviz.get_group(idata, "posterior").attrs
     network = bool(attrs.get("function_space", False))
+    at_judged_rows = group is None
     if group is None:
         group, var_names = _default_selection(idata, network, function_space, var_names)
     if function_space is None:
         function_space = network and group in OUTPUT_GROUPS
     dataset = _select(idata, group, var_names)
+    if at_judged_rows and function_space:
+        dataset = _at_judged_rows(dataset, attrs)
     if wall_time is None:
         wall_time = attrs.get("sampling_time", math.nan)
     wall_time = float(wall_time)
@@ -463,6 +469,20 @@ def _output_group(idata: Any) -> str | None:
         if _arviz.has_group(idata, group) and "output" in _arviz.get_group(idata, group):
             return group
     return None
+
+
+def _at_judged_rows(dataset, attrs: Mapping[str, Any]):
+    """A network's outputs at the training rows its run judged them at (the attributes
+    ``judged_rows`` and ``judged_of_rows`` of a ``run_chains`` export without test inputs),
+    where the export's outputs are at every row of those data; else ``dataset`` as it is."""
+    rows = attrs.get("judged_rows")
+    output = dataset.data_vars.get("output")
+    if rows is None or output is None or output.ndim < 3:
+        return dataset
+    row_dim = output.dims[2]  # (chain, draw, row, ...)
+    if dataset.sizes[row_dim] != int(attrs.get("judged_of_rows", -1)):
+        return dataset
+    return dataset.isel({row_dim: np.asarray(rows, dtype=int)})
 
 
 def _select(idata: Any, group: str, var_names: Sequence[str] | None):

@@ -27,7 +27,14 @@ from ..models.structure import DataPlate, spread_rows
 from .diagnostics import Verdict, judge, worst_statistics
 from .export_trace import OUTPUT, _test_pass
 
-__all__ = ["OUTPUT_ROWS", "HeldOutOutputDraws", "OutputDraws", "run_verdict", "where_judged"]
+__all__ = [
+    "OUTPUT_ROWS",
+    "HeldOutOutputDraws",
+    "OutputDraws",
+    "judged_training_rows",
+    "run_verdict",
+    "where_judged",
+]
 
 #: Training rows at which a network's outputs are judged.
 OUTPUT_ROWS = 64
@@ -109,6 +116,18 @@ def where_judged(outputs: OutputDraws | HeldOutOutputDraws | None, verdict: Verd
         f" (judged on the outputs at {len(outputs.rows)} training rows; an export with "
         "test=... is judged on the test inputs by convergence_report)"
     )
+
+
+def judged_training_rows(
+    outputs: OutputDraws | HeldOutOutputDraws | None, verdict: Verdict | None
+) -> tuple[tuple[int, ...], int]:
+    """The training rows at which a network's verdict judged its outputs, and the number of
+    rows of the data (``((), 0)`` for parameters or test inputs): recorded with the export, so
+    that :func:`~pyro_sgmcmc.convergence_report` of an export without test inputs judges the
+    same rows and says what the run said."""
+    if verdict is None or verdict.basis != "f(x)" or not isinstance(outputs, OutputDraws):
+        return (), 0
+    return tuple(int(r) for r in outputs.rows.tolist()), int(outputs.num_data)
 
 
 class HeldOutOutputDraws:

@@ -47,7 +47,7 @@ from .._validation import (
 )
 from ..analysis.diagnostics import Verdict, advice
 from ..analysis.export_checks import checked_test_set
-from ..analysis.function_space import HeldOutOutputDraws, OutputDraws
+from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, judged_training_rows
 from ..engine.build import PreparedChains, prepare_chains
 from ..engine.distributed import (
     agreed_seed,
@@ -116,6 +116,11 @@ class VectorizedResult:
     judged_at:
         The numbers of kept draws per chain at which the run was judged: once at the end of a
         fixed-length run, after every round of a run until converged.
+    judged_rows, judged_of_rows:
+        For a network judged without a test set, the training rows at which its outputs were
+        judged, and the rows of the data (``()`` and ``0`` otherwise). The export records them
+        (attributes ``judged_rows`` and ``judged_of_rows``), and
+        :func:`~pyro_sgmcmc.convergence_report` judges the outputs at those rows.
     target_ess:
         The total bulk and tail ESS the verdict required (``run_chains(..., target_ess=...)``),
         or ``None``; recorded with the export, where
@@ -136,6 +141,8 @@ class VectorizedResult:
     divergent_steps: tuple[tuple[int, ...], ...] = ()
     verdict: Verdict | None = None
     judged_at: tuple[int, ...] = ()
+    judged_rows: tuple[int, ...] = ()
+    judged_of_rows: int = 0
     target_ess: float | None = None
     chain_reports: tuple[dict[str, Any], ...] = field(default=(), repr=False)
     model: Any = field(default=None, repr=False)
@@ -172,6 +179,9 @@ class VectorizedResult:
             attrs["verdict"] = str(self.verdict)
         if self.target_ess is not None:
             attrs["target_ess"] = float(self.target_ess)
+        if self.judged_rows:
+            attrs["judged_rows"] = list(self.judged_rows)
+            attrs["judged_of_rows"] = self.judged_of_rows
         return attrs
 
     def get_samples(self, group_by_chain: bool = False) -> dict[str, torch.Tensor]:
@@ -190,16 +200,19 @@ class VectorizedResult:
         return to_inference_data(self, None, *args, **options)
 
 
-def _check_run_arguments(kernel: Any, num_chains: int, num_samples: int, warmup_steps: int):
+def _check_run_arguments(kernel: Any, num_chains: int, num_samples: int, warmup_steps: int | None):
     if not isinstance(kernel, StochasticGradientKernel):
         raise TypeError(
             "run_chains takes an SG-MCMC kernel as first argument, e.g. "
             f"run_chains(SGHMC(model, batch_size=32), x, y, num_chains=4); got "
             f"{type(kernel).__name__}"
         )
+    num_samples = check_positive_int("num_samples", num_samples)
+    if warmup_steps is None:  # as pyro.infer.MCMC
+        warmup_steps = num_samples
     return (
         check_positive_int("num_chains", num_chains),
-        check_positive_int("num_samples", num_samples),
+        num_samples,
         check_positive_int("warmup_steps", warmup_steps, minimum=0),
     )
 
@@ -238,7 +251,7 @@ def run_chains(
     *args: Any,
     num_chains: int = 4,
     num_samples: int = 100,
-    warmup_steps: int = 0,
+    warmup_steps: int | None = None,
     initial_params: Mapping[str, torch.Tensor] | None = None,
     callback: Callable[[int, Mapping[str, torch.Tensor]], None] | None = None,
     checkpoint_path: str | os.PathLike | None = None,
@@ -276,7 +289,9 @@ def run_chains(
     num_samples:
         Kept draws per chain, ``>= 1``.
     warmup_steps:
-        Discarded draws per chain, ``>= 0``.
+        Discarded draws per chain, ``>= 0``; by default ``num_samples``, as in
+        ``pyro.infer.MCMC`` (until version 0.3.0 it was 0, which a kernel with the adaptive
+        warm-up refuses: ``run_chains(SGHMC(model, batch_size=32), x, y)`` failed).
     initial_params:
         Unconstrained starting values per site (as in ``pyro.infer.MCMC``), shape ``(C, ...)``
         or ``(...)`` (shared); overrides the kernel's ``init_strategy`` for the sites given.
@@ -408,7 +423,11 @@ def run_chains(
             warn_all([rounds.message(verdict) + advice(kernel.algorithm, verdict)
                       + warmup_advice([chains.engine.thinning_meter])])  # fmt: skip
     result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs, verdict)
-    result = dataclasses.replace(result, judged_at=tuple(rounds.judged_at), target_ess=target_ess)
+    judged_rows, judged_of_rows = judged_training_rows(outputs, verdict)
+    result = dataclasses.replace(
+        result, judged_at=tuple(rounds.judged_at), target_ess=target_ess,
+        judged_rows=judged_rows, judged_of_rows=judged_of_rows,
+    )  # fmt: skip
     return _gathered(result, saver) if distribute_chains else result
 
 
