@@ -29,8 +29,15 @@ NumPyro is optional (``pip install numpyro``): without it its rows are skipped. 
 chains one after the other on a machine with fewer than five cores, and so does NumPyro here
 (``chain_method="sequential"``), as do our kernels under ``MCMC``.
 
+With ``--repeats K`` every method of a problem runs K times, seeded 0, ..., K-1 (Pyro's NUTS
+included: one run's minimum bulk ESS is a noisy estimate, and where NUTS's draws are
+anti-correlated, e.g. (ii)'s, with an ESS above the number of draws, it moved by 30% between two
+seeds). A row then gives the medians over the repeats, ``vs_pyro_nuts`` the median of each
+repeat's ratio, and ``vs_pyro_nuts_range`` the smallest and largest.
+
 Run: ``python benchmarks/ess_per_second.py [--problems i ii iii iv] [--quick]
-[--batch-ii B ...]``; prints a table and writes ``benchmarks/results/ess_per_second.json``.
+[--batch-ii B ...] [--repeats K]``; prints a table and writes
+``benchmarks/results/ess_per_second.json``.
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ import pyro_sgmcmc
 from pyro_sgmcmc.analysis.diagnostics import judge
 
 CHAINS = 4
+#: The seed of every method's run (the repeat's index with ``--repeats``).
+SEED = 0
 KERNELS = {
     "SGLD": pyro_sgmcmc.SGLD,
     "SGLD-Euler": functools.partial(pyro_sgmcmc.SGLD, integrator="euler"),
@@ -198,7 +207,7 @@ def grouped(samples: dict[str, torch.Tensor], chains: int = CHAINS) -> dict[str,
 
 
 def run_pyro_nuts(model, args, num_samples, warmup) -> tuple[dict, float]:
-    pyro.set_rng_seed(0)
+    pyro.set_rng_seed(SEED)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -220,7 +229,7 @@ def run_demo_nuts(model, data, num_samples, warmup) -> tuple[dict, float]:
 
     config = CompareConfig(out=None, figures=False, progress=False, chains=CHAINS,
                            nuts_num_samples=num_samples, nuts_warmup=warmup)  # fmt: skip
-    pyro.set_rng_seed(0)
+    pyro.set_rng_seed(SEED)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -238,13 +247,13 @@ def run_numpyro_nuts(model, args, num_samples, warmup) -> tuple[dict, float]:
     start = time.perf_counter()
     mcmc = NMCMC(NNUTS(model), num_warmup=warmup, num_samples=num_samples, num_chains=CHAINS,
                  chain_method="sequential", progress_bar=False)  # fmt: skip
-    mcmc.run(jax.random.PRNGKey(0), *args)
+    mcmc.run(jax.random.PRNGKey(SEED), *args)
     samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     return samples, time.perf_counter() - start
 
 
 def run_ours_mcmc(kernel, args, num_samples, warmup) -> tuple[dict, float]:
-    pyro.set_rng_seed(0)
+    pyro.set_rng_seed(SEED)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -258,7 +267,7 @@ def run_ours_mcmc(kernel, args, num_samples, warmup) -> tuple[dict, float]:
 
 
 def run_ours_chains(kernel, args, num_samples, warmup) -> tuple[object, float]:
-    pyro.set_rng_seed(0)
+    pyro.set_rng_seed(SEED)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -400,10 +409,47 @@ def problem_iv(quick: bool) -> list[dict]:
 
 
 COLUMNS = ["problem", "method", "seconds", "max_rhat", "min_ess_bulk", "min_ess_tail",
-           "ess_per_second", "vs_pyro_nuts", "mean_err_mcse", "sd_rel_err", "verdict"]  # fmt: skip
+           "ess_per_second", "vs_pyro_nuts", "vs_pyro_nuts_range", "mean_err_mcse", "sd_rel_err",
+           "verdict"]  # fmt: skip
+
+
+def run_problem(problem: str, args, numpyro: dict, reference: dict | None) -> list[dict]:
+    if problem == "i":
+        return problem_i(args.quick, numpyro, reference)
+    if problem == "ii":
+        return problem_ii(args.quick, numpyro, tuple(args.batch_ii))
+    if problem == "iii":
+        return problem_iii(args.quick, numpyro)
+    return problem_iv(args.quick)
+
+
+def with_ratios(rows: list[dict]) -> list[dict]:
+    """Each row's ESS per second over Pyro NUTS's in the same run (``vs_pyro_nuts``)."""
+    nuts = next(row for row in rows if row["method"] == "Pyro NUTS")["ess_per_second"]
+    for row in rows:
+        row["vs_pyro_nuts"] = round(row["ess_per_second"] / nuts, 2) if nuts else math.nan
+    return rows
+
+
+def medians(repeats: list[list[dict]]) -> list[dict]:
+    """One row per method: the median of each number over the repeats (the verdict: how many
+    repeats converged), the range of ``vs_pyro_nuts``, and every repeat's row under ``runs``."""
+    rows = []
+    for runs in zip(*repeats, strict=True):
+        row = {"method": runs[0]["method"], "repeats": len(runs), "runs": list(runs)}
+        for key, value in runs[0].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[key] = round(float(np.median([run[key] for run in runs])), 3)
+        ratios = [run["vs_pyro_nuts"] for run in runs]
+        row["vs_pyro_nuts_range"] = f"{min(ratios):.2f}-{max(ratios):.2f}"
+        converged = sum(run["verdict"] == "converged" for run in runs)
+        row["verdict"] = f"{converged}/{len(runs)} converged"
+        rows.append(row)
+    return rows
 
 
 def main() -> None:
+    global SEED
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", nargs="+", default=["i", "ii", "iii", "iv"])
     parser.add_argument("--quick", action="store_true", help="fewer draws and rows (a smoke run)")
@@ -411,6 +457,8 @@ def main() -> None:
                         help="our kernels to run (default: all)")  # fmt: skip
     parser.add_argument("--batch-ii", type=int, nargs="+", default=[500],
                         help="(ii): our kernels' batch size(s) (default: 500)")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of every method, seeded 0, 1, ... (default: 1)")  # fmt: skip
     parser.add_argument("--no-reference", action="store_true",
                         help="(i) without the long NUTS run behind its accuracy")  # fmt: skip
     args = parser.parse_args()
@@ -424,19 +472,16 @@ def main() -> None:
     table: list[dict] = []
     for problem in args.problems:
         start = time.perf_counter()
-        if problem == "i":
-            reference = None if args.no_reference else reference_i(args.quick)
-            rows = problem_i(args.quick, numpyro, reference)
-        elif problem == "ii":
-            rows = problem_ii(args.quick, numpyro, tuple(args.batch_ii))
-        elif problem == "iii":
-            rows = problem_iii(args.quick, numpyro)
-        else:
-            rows = problem_iv(args.quick)
-        nuts = next(row for row in rows if row["method"] == "Pyro NUTS")["ess_per_second"]
+        reference = None
+        if problem == "i" and not args.no_reference:
+            reference = reference_i(args.quick)  # one long run, seed 0, whatever the repeats
+        repeats = []
+        for seed in range(args.repeats):
+            SEED = seed
+            repeats.append(with_ratios(run_problem(problem, args, numpyro, reference)))
+        rows = repeats[0] if args.repeats == 1 else medians(repeats)
         for row in rows:
             row["problem"] = problem
-            row["vs_pyro_nuts"] = round(row["ess_per_second"] / nuts, 2) if nuts else math.nan
         table += rows
         print(f"problem ({problem}) done in {time.perf_counter() - start:.0f} s", flush=True)
         print_table(rows, COLUMNS)
