@@ -462,6 +462,8 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true",
                         help="(i) without the long NUTS run behind its accuracy")  # fmt: skip
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     for name in set(KERNELS) - set(args.kernels):
         del KERNELS[name]
     torch.set_num_threads(1)
@@ -474,7 +476,8 @@ def main() -> None:
         start = time.perf_counter()
         reference = None
         if problem == "i" and not args.no_reference:
-            reference = reference_i(args.quick)  # one long run, seed 0, whatever the repeats
+            SEED = 0  # one long run, seed 0, whatever the repeats
+            reference = reference_i(args.quick)
         repeats = []
         for seed in range(args.repeats):
             SEED = seed
@@ -488,6 +491,7 @@ def main() -> None:
         # after every problem, so that a long run that is stopped keeps what it measured
         path = write_json("ess_per_second", {
             "quick": args.quick, "kernels": args.kernels, "reference": not args.no_reference,
+            "repeats": args.repeats, "batch_ii": args.batch_ii,
             "load_before": load_before, "load_after": load_average(),
             "rows": table,
         })  # fmt: skip

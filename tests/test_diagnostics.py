@@ -10,6 +10,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+import xarray as xr
 from pyro.infer import MCMC
 from pyro.infer.autoguide.initialization import init_to_sample
 
@@ -272,3 +273,27 @@ def test_an_export_without_test_inputs_is_judged_at_the_rows_the_run_judged(tmp_
     every_row = convergence_report(idata, group="posterior_predictive", var_names=["output"])
     every_row_numbers = (every_row.max_rhat, every_row.min_ess_bulk, every_row.min_ess_tail)
     assert every_row_numbers != pytest.approx(tuple(report_numbers.values()), rel=1e-6)
+
+
+def _outputs(rows_apart: list[int]) -> xr.Dataset:
+    """Outputs ``(4 chains, 200 draws, 3 rows)``: independent draws, each chain shifted by 3
+    at the rows ``rows_apart`` (R-hat far above 1 there)."""
+    generator = np.random.default_rng(0)
+    values = generator.normal(size=(4, 200, 3))
+    values[:, :, rows_apart] += 3.0 * np.arange(4)[:, None, None]
+    return xr.Dataset({"output": (("chain", "draw", "data"), values)})
+
+
+def test_the_judged_rows_apply_to_the_training_outputs_only():
+    """The rows a run judged (``judged_rows`` of ``judged_of_rows``) select the training
+    outputs; test outputs of as many rows are judged at every row."""
+    posterior = xr.Dataset(
+        {"w": (("chain", "draw"), np.random.default_rng(1).normal(size=(4, 200)))}
+    )
+    posterior.attrs.update(function_space=1, judged_rows=[0], judged_of_rows=3)
+    training = {"posterior": posterior, "posterior_predictive": _outputs([1, 2])}
+    assert convergence_report(_arviz.from_datasets(training)).converged  # row 0 alone
+    every_row = convergence_report(_arviz.from_datasets(training), group="posterior_predictive")
+    assert every_row.max_rhat > 2
+    with_test = _arviz.from_datasets({**training, "predictions": _outputs([1])})
+    assert convergence_report(with_test).max_rhat > 2  # every test row, row 1 among them

@@ -9,7 +9,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 
-from pyro_sgmcmc import PSGLD, SGHMC, SGLD, ConstantSGD, _arviz
+from pyro_sgmcmc import PSGLD, SGHMC, SGLD, CheckpointError, ConstantSGD, _arviz
 from pyro_sgmcmc.engine.estimators import ControlVariateGradient
 from pyro_sgmcmc.engine.layout import FlatLayout
 from pyro_sgmcmc.inference.vectorized import VectorizedResult, run_chains
@@ -513,6 +513,25 @@ def test_run_chains_checkpoint_resumes_bit_identically(gaussian_data, tmp_path):
     # the finished run's checkpoint resumes to the same result without drawing anything
     again = run(GaussianMean(), y, resume_from=path, checkpoint_path=path, **options)
     assert torch.equal(again.samples["mu"], reference.samples["mu"])
+
+
+@pytest.mark.parametrize("warmup_steps", [0, None])
+def test_a_resumed_run_without_warmup_steps_takes_its_checkpoints(gaussian_data, tmp_path,
+                                                                  warmup_steps):  # fmt: skip
+    """Resumed without ``warmup_steps``, a run takes the warm-up its checkpoint records: that of
+    a run from before 0.3.0, when the default was 0 (given here by hand), or the default's."""
+    y, _, _ = gaussian_data
+    options = {"num_chains": 2, "num_samples": 8, "step_size": 1e-3, "batch_size": 10, "seed": 5}
+    started = {} if warmup_steps is None else {"warmup_steps": warmup_steps}
+    reference = run(GaussianMean(), y, **started, **options)
+    path = tmp_path / "chains.ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        run(GaussianMean(), y, checkpoint_path=path, checkpoint_every=2,
+            callback=_interrupt_after(3), **started, **options)  # fmt: skip
+    resumed = run(GaussianMean(), y, resume_from=path, **options)
+    assert torch.equal(resumed.samples["mu"], reference.samples["mu"])
+    with pytest.raises(CheckpointError, match="written by a run with warmup_steps="):
+        run(GaussianMean(), y, resume_from=path, warmup_steps=3, **options)
 
 
 def test_run_chains_refuses_another_runs_checkpoint(gaussian_data, tmp_path):

@@ -405,7 +405,7 @@ def convergence_report(
     if function_space is None:
         function_space = network and group in OUTPUT_GROUPS
     dataset = _select(idata, group, var_names)
-    if at_judged_rows and function_space:
+    if at_judged_rows and function_space and group == "posterior_predictive":
         dataset = _at_judged_rows(dataset, attrs)
     if wall_time is None:
         wall_time = attrs.get("sampling_time", math.nan)
@@ -472,9 +472,9 @@ def _output_group(idata: Any) -> str | None:
 
 
 def _at_judged_rows(dataset, attrs: Mapping[str, Any]):
-    """A network's outputs at the training rows its run judged them at (the attributes
-    ``judged_rows`` and ``judged_of_rows`` of a ``run_chains`` export without test inputs),
-    where the export's outputs are at every row of those data; else ``dataset`` as it is."""
+    """A network's outputs at the training rows (``posterior_predictive``) its run judged them
+    at (the attributes ``judged_rows`` and ``judged_of_rows`` of a ``run_chains`` export), where
+    the export's outputs are at every row of those data; else ``dataset`` as it is."""
     rows = attrs.get("judged_rows")
     output = dataset.data_vars.get("output")
     if rows is None or output is None or output.ndim < 3:
@@ -482,7 +482,7 @@ def _at_judged_rows(dataset, attrs: Mapping[str, Any]):
     row_dim = output.dims[2]  # (chain, draw, row, ...)
     if dataset.sizes[row_dim] != int(attrs.get("judged_of_rows", -1)):
         return dataset
-    return dataset.isel({row_dim: np.asarray(rows, dtype=int)})
+    return dataset.isel({row_dim: np.atleast_1d(np.asarray(rows, dtype=int))})
 
 
 def _select(idata: Any, group: str, var_names: Sequence[str] | None):

@@ -217,6 +217,18 @@ def _check_run_arguments(kernel: Any, num_chains: int, num_samples: int, warmup_
     )
 
 
+def _warmup_of_resumed_run(
+    resume_from: str | os.PathLike | None, warmup_steps: int | None, distribute_chains: bool
+) -> tuple[dict[str, Any] | None, int | None]:
+    """A resumed run given no ``warmup_steps`` takes its checkpoint's (which may predate the
+    default of ``num_samples``): the checkpoint read (``None`` if not read) and the warm-up."""
+    if resume_from is None or warmup_steps is not None:
+        return None, warmup_steps
+    path = rank_path(resume_from) if distribute_chains else resume_from
+    checkpoint = load_checkpoint(path, _Saver.required)
+    return checkpoint, checkpoint.get("run", {}).get("warmup_steps")
+
+
 def _stacked_initial(
     initial_params: Mapping[str, torch.Tensor] | None, num_chains: int, local: range
 ) -> TensorDict | None:
@@ -291,7 +303,8 @@ def run_chains(
     warmup_steps:
         Discarded draws per chain, ``>= 0``; by default ``num_samples``, as in
         ``pyro.infer.MCMC`` (until version 0.3.0 it was 0, which a kernel with the adaptive
-        warm-up refuses: ``run_chains(SGHMC(model, batch_size=32), x, y)`` failed).
+        warm-up refuses: ``run_chains(SGHMC(model, batch_size=32), x, y)`` failed), or, with
+        ``resume_from``, the warm-up of the run the checkpoint continues.
     initial_params:
         Unconstrained starting values per site (as in ``pyro.infer.MCMC``), shape ``(C, ...)``
         or ``(...)`` (shared); overrides the kernel's ``init_strategy`` for the sites given.
@@ -370,6 +383,7 @@ def run_chains(
         every draw kept before, ``(C, draws, ...)`` per site, and ``diverging`` marks those
         with a divergent step.
     """
+    checkpoint, warmup_steps = _warmup_of_resumed_run(resume_from, warmup_steps, distribute_chains)
     num_chains, num_samples, warmup_steps = _check_run_arguments(
         kernel, num_chains, num_samples, warmup_steps
     )
@@ -402,7 +416,7 @@ def run_chains(
         recorder = DrawRecorder(len(local), kernel.settings.keep_draws)
         saver = _Saver(kernel, chains, recorder, run, fingerprint, policy)
         if resume_from is not None:
-            saver.restore(resume_from)
+            saver.restore(resume_from, checkpoint)
         outputs = _judged_outputs(chains, test_set)
         setup_time = time.perf_counter() - setup_start
         # a resumed run's budget and sampling time count the seconds it sampled before
@@ -611,9 +625,11 @@ class _Saver:
             where = "Rank 0's last checkpoint continues the run (resume_from=..., every rank)."
         return DistributedRunError(f"{error} {where}")
 
-    def restore(self, path: str | os.PathLike) -> None:
-        """Continue the run saved in ``path`` (refusing another run's checkpoint)."""
-        payload = load_checkpoint(path, self.required)
+    def restore(self, path: str | os.PathLike, payload: dict[str, Any] | None = None) -> None:
+        """Continue the run saved in ``path`` (refusing another run's checkpoint); ``payload``:
+        its contents, where they were read already."""
+        if payload is None:
+            payload = load_checkpoint(path, self.required)
         if payload["kind"] != "run_chains":
             raise CheckpointError(f"{str(path)!r} is a checkpoint of {payload['kind']}, not of "
                                   "run_chains")  # fmt: skip
