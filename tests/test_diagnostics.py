@@ -297,3 +297,23 @@ def test_the_judged_rows_apply_to_the_training_outputs_only():
     assert every_row.max_rhat > 2
     with_test = _arviz.from_datasets({**training, "predictions": _outputs([1])})
     assert convergence_report(with_test).max_rhat > 2  # every test row, row 1 among them
+
+
+def test_an_mcmc_export_of_a_network_is_judged_where_its_warning_judged_it():
+    """``pyro.infer.MCMC`` with our kernel warns with a verdict on a network's outputs at up to
+    64 training rows; the export records them, and the report says what the warning said."""
+    generator = torch.Generator().manual_seed(1)
+    x = torch.linspace(-1, 1, 150)[torch.randperm(150, generator=generator)].unsqueeze(-1)
+    y = torch.sin(3 * x.squeeze(-1)) + 0.1 * torch.randn(150, generator=generator)
+    model = BayesianMLP(1, [8], 1)
+    kernel = SGHMC(model, batch_size=16, num_steps_per_sample=2, seed=0)
+    mcmc = MCMC(kernel, num_samples=30, warmup_steps=40, num_chains=2, disable_progbar=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(x, y)
+    (warning,) = [str(w.message) for w in caught if "not converged" in str(w.message)]
+    idata = to_inference_data(mcmc, model, x, y)
+    posterior = _arviz.get_group(idata, "posterior")
+    assert len(posterior.attrs["judged_rows"]) == 64 and posterior.attrs["judged_of_rows"] == 150
+    report = convergence_report(idata)
+    assert f"{report.verdict}" in warning

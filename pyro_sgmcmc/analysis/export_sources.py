@@ -116,6 +116,9 @@ def _mcmc_source(
     wall_time = None
     if isinstance(kernel, StochasticGradientKernel):
         _add_sgmcmc_stats(diagnostics, num_chains, stats, attrs)
+        rows, of_rows = kernel.judged_rows  # those of the end-of-run warning
+        if rows:
+            attrs["judged_rows"], attrs["judged_of_rows"] = list(rows), of_rows
         wall_time = _sgmcmc_sampling_time(diagnostics, num_chains, attrs)
     elif isinstance(kernel, HMC):
         collected = None if hmc_stats is None else hmc_stats.stats(num_chains, num_draws)

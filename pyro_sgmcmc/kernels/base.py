@@ -25,7 +25,12 @@ from torch.distributions.transforms import Transform
 
 from .._validation import as_tensor_arguments, check_positive_int
 from ..analysis.diagnostics import advice
-from ..analysis.function_space import OutputDraws, run_verdict, where_judged
+from ..analysis.function_space import (
+    OutputDraws,
+    judged_training_rows,
+    run_verdict,
+    where_judged,
+)
 from ..dynamics.registry import get_algorithm
 from ..engine.build import PreparedChains, model_transforms, prepare_chains
 from ..engine.health import warn_all
@@ -111,6 +116,10 @@ class StochasticGradientKernel(MCMCKernel):
         #: whose resumed runs hold chains this kernel never ran): :meth:`diagnostics` then
         #: leaves the end-of-run verdict to it (:meth:`judge_draws`).
         self.run_judged_by_driver = False
+        #: For a network judged at training rows by the last end-of-run verdict, those rows and
+        #: the rows of the data (``((), 0)`` otherwise): its export records them, and
+        #: :func:`~pyro_sgmcmc.convergence_report` judges the outputs there, as the warning did.
+        self.judged_rows: tuple[tuple[int, ...], int] = ((), 0)
         self._reset_chain()
 
     @property
@@ -446,6 +455,7 @@ class StochasticGradientKernel(MCMCKernel):
         thinning meters, for :func:`~pyro_sgmcmc.engine.report.warmup_advice`)."""
         outputs = OutputDraws(structure.model, *data, structure.plate)
         verdict = run_verdict(draws, structure.model, outputs)
+        self.judged_rows = judged_training_rows(outputs, verdict)
         if verdict.converged:
             return
         chains, count = next(iter(draws.values())).shape[:2]
