@@ -378,9 +378,9 @@ def convergence_report(
         The group whose draws are diagnosed. Default: ``"posterior"``; for a network
         (``function_space``), its outputs: the variable ``output`` of ``predictions`` (the
         test inputs), else of ``posterior_predictive`` (the training inputs), there at the rows
-        a ``run_chains`` run judged (the posterior's attributes ``judged_rows`` and
-        ``judged_of_rows``), so that the report says the run's verdict. A group given by name
-        is judged at every row.
+        the run judged (the posterior's attributes ``judged_rows`` and ``judged_of_rows``,
+        which ``run_chains`` and ``pyro.infer.MCMC`` with this package's kernels record), so
+        that the report says the run's verdict. A group given by name is judged at every row.
     function_space:
         Judge the draws as a network's outputs (:data:`FUNCTION_RHAT_BOUND`). Default: the
         ``function_space`` attribute the export records for networks, for the groups of
@@ -473,8 +473,8 @@ def _output_group(idata: Any) -> str | None:
 
 def _at_judged_rows(dataset, attrs: Mapping[str, Any]):
     """A network's outputs at the training rows (``posterior_predictive``) its run judged them
-    at (the attributes ``judged_rows`` and ``judged_of_rows`` of a ``run_chains`` export), where
-    the export's outputs are at every row of those data; else ``dataset`` as it is."""
+    at (the attributes ``judged_rows`` and ``judged_of_rows`` of its export), where the
+    export's outputs are at every row of those data; else ``dataset`` as it is."""
     rows = attrs.get("judged_rows")
     output = dataset.data_vars.get("output")
     if rows is None or output is None or output.ndim < 3:
