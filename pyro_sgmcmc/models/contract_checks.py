@@ -139,10 +139,11 @@ def latent_in_data_plate(name: str, plate_name: str, trace: Trace) -> ModelContr
     )
 
 
-def _named_arguments(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """The model's arguments with the names messages give them: ``args[0]``, ``kwargs['x']``."""
-    return [(f"args[{i}]", a) for i, a in enumerate(args)] + [
-        (f"kwargs[{k!r}]", v) for k, v in kwargs.items()
+def named_arguments(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[int | str, str, Any]]:
+    """The model's arguments as ``(key, name, value)``: the position or keyword, the name
+    messages give it (``args[0]``, ``kwargs['x']``), and the value."""
+    return [(i, f"args[{i}]", a) for i, a in enumerate(args)] + [
+        (k, f"kwargs[{k!r}]", v) for k, v in kwargs.items()
     ]
 
 
@@ -162,7 +163,7 @@ def dtype_mismatch(args: tuple, kwargs: Mapping[str, Any], dtype: torch.dtype) -
     for a float32 ``nn.Linear`` fail inside torch, as 'mat1 and mat2 must have the same
     dtype'; where the model's operations promote them, mid-run); ``None`` where every one
     has it."""
-    for name, value in _named_arguments(args, kwargs):
+    for _, name, value in named_arguments(args, kwargs):
         if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
             return (
                 f"model argument {name} has dtype {value.dtype}, but the model computes in "
@@ -175,7 +176,7 @@ def dtype_mismatch(args: tuple, kwargs: Mapping[str, Any], dtype: torch.dtype) -
 def check_finite_data(args: tuple, kwargs: Mapping[str, Any]) -> None:
     """Refuse tensors in the model arguments that contain NaN or infinity, are empty, or live on
     the ``meta`` device (no values)."""
-    for name, value in _named_arguments(args, kwargs):
+    for _, name, value in named_arguments(args, kwargs):
         if isinstance(value, np.ndarray) and value.dtype.kind in "fc":
             value = torch.from_numpy(value)
         if isinstance(value, torch.Tensor):

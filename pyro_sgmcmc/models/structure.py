@@ -41,6 +41,7 @@ from .contract_checks import (
     dtype_mismatch,
     latent_in_data_plate,
     model_dtype,
+    named_arguments,
 )
 
 __all__ = [
@@ -165,9 +166,8 @@ class DataPlate:
         same distributions and draw the same values as runs on all rows, at the cost of a few
         rows.
         """
-        device = next(
-            (v.device for _, _, v in _named(args, kwargs) if isinstance(v, torch.Tensor)), None
-        )
+        tensors = (v for _, _, v in named_arguments(args, kwargs) if isinstance(v, torch.Tensor))
+        device = next((v.device for v in tensors), None)
         if self.subsample_size is not None:
             rows = torch.arange(self.subsample_size, device=device)
         elif self.num_data > SETUP_ROWS:
@@ -304,12 +304,6 @@ def rows_log_prob(site: Mapping[str, Any], obs: torch.Tensor, frame: Any) -> tor
 
 def _in_plate(site: Mapping[str, Any], plate_name: str) -> bool:
     return any(frame.name == plate_name for frame in site["cond_indep_stack"])
-
-
-def _named(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[ArgumentKey, str, Any]]:
-    return [(i, f"args[{i}]", a) for i, a in enumerate(args)] + [
-        (k, f"kwargs[{k!r}]", v) for k, v in kwargs.items()
-    ]
 
 
 def inspect_model(
@@ -634,7 +628,7 @@ def _check_rows_against_plate(
     """Refuse data with more rows than the plate (the model would silently use only some), or
     with a few rows fewer (between half the plate and the plate: the minibatches would index
     rows that do not exist, or wrap around)."""
-    for _, name, value in _named(args, kwargs):
+    for _, name, value in named_arguments(args, kwargs):
         if not (isinstance(value, torch.Tensor) and value.dim() >= 1):
             continue
         rows = value.shape[0]
@@ -691,7 +685,7 @@ def _find_idiom(
 def _row_arguments(args, kwargs, num_data) -> tuple[ArgumentKey, ...]:
     return tuple(
         key
-        for key, _, value in _named(args, kwargs)
+        for key, _, value in named_arguments(args, kwargs)
         if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == num_data
     )
 
