@@ -156,10 +156,14 @@ def _chains_across_ranks(distributed: bool, **options):
 
 
 def chains_mlp(distributed: bool) -> dict[str, torch.Tensor]:
-    """Chains across processes: 3 chains (2 on rank 0, 1 on rank 1)."""
+    """Chains across processes: 3 chains (2 on rank 0, 1 on rank 1), with the training rows at
+    which the network's verdict judged its outputs (what an export records)."""
     result = _chains_across_ranks(distributed)
     out = _chains(result)
     out["seeds"] = torch.tensor(result.chain_seeds)
+    out["judged_rows"] = torch.tensor(result.judged_rows)
+    out["judged_of_rows"] = torch.tensor(result.judged_of_rows)
+    out["converged"] = torch.tensor(result.verdict.converged)
     return out
 
 

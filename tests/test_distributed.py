@@ -90,7 +90,10 @@ def test_data_parallel_chain_moves(two_ranks):
 
 
 def test_chains_across_ranks_equal_one_process_bit_for_bit(two_ranks):
+    """The draws, and the training rows at which the network's verdict judged its outputs
+    (which an export records for ``convergence_report``), on every rank."""
     reference = scenarios.chains_mlp(False)
+    assert len(reference["judged_rows"]) == int(reference["judged_of_rows"]) == 40  # every row
     for output in rank_outputs(two_ranks, "chains_mlp"):
         assert set(output) == set(reference)
         for key, expected in reference.items():
