@@ -18,6 +18,7 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
+from unittest import mock
 
 import pyro
 import pyro.distributions as dist
@@ -26,6 +27,9 @@ import torch.distributed
 from pyro.infer import MCMC
 
 from pyro_sgmcmc import SGHMC, SGLD, ResumableMCMC, run_chains
+from pyro_sgmcmc.engine import engine as engine_module
+from pyro_sgmcmc.engine.adaptation import AdaptiveControl
+from pyro_sgmcmc.engine.thinning import ThinningMeter
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision
 
 NUM_SAMPLES, WARMUP = 6, 4
@@ -164,6 +168,7 @@ def chains_mlp(distributed: bool) -> dict[str, torch.Tensor]:
     out["judged_rows"] = torch.tensor(result.judged_rows)
     out["judged_of_rows"] = torch.tensor(result.judged_of_rows)
     out["converged"] = torch.tensor(result.verdict.converged)
+    out["thinning"] = torch.tensor([r["num_steps_per_sample"] for r in result.chain_reports])
     return out
 
 
@@ -174,6 +179,67 @@ def chains_rounds(distributed: bool) -> dict[str, torch.Tensor]:
     out = _chains(result)
     out["judged_at"] = torch.tensor(result.judged_at)
     out["converged"] = torch.tensor(result.verdict.converged)
+    return out
+
+
+def _chains_deciding_together(distributed: bool, model, data) -> dict[str, torch.Tensor]:
+    """3 chains across processes (2 on rank 0, 1 on rank 1) whose warm-up chooses their
+    thinning, with the warm-up's joint decision wanted by an engine of 1 or 3 chains (rank 1's,
+    or all three in one process) and not by one of 2 (rank 0's): the ranks must decide as one."""
+    kernel = sghmc(model, False, step_size=None, num_steps_per_sample=None)  # the adaptive warm-up
+    result = run_chains(kernel, *data, num_chains=3,
+                        num_samples=NUM_SAMPLES, warmup_steps=WARMUP,
+                        distribute_chains=distributed)  # fmt: skip
+    out = _chains(result)
+    steps = [report["warmup_gradient_steps"] for report in result.chain_reports]
+    out["warmup_gradient_steps"] = torch.tensor(steps)
+    return out
+
+
+def _not_two_chains(engine) -> bool:
+    return engine.position.shape[0] != 2
+
+
+def _unless_two_chains(meter: ThinningMeter) -> bool:
+    times = meter.measure()
+    return times is not None and len(times) != 2
+
+
+def chains_lengthened(distributed: bool) -> dict[str, torch.Tensor]:
+    """Chains across processes, the warm-up lengthened because rank 1's chain wants it."""
+    with (
+        mock.patch.object(ThinningMeter, "wants_longer", _unless_two_chains),
+        mock.patch.object(engine_module, "LONGEST_WARMUP", 2),
+    ):
+        generator = torch.Generator().manual_seed(2)
+        x = torch.randn(40, 3, generator=generator, dtype=torch.float64)
+        y = x @ torch.tensor([1.0, -0.5, 0.2]) + 0.5 * torch.randn(40, generator=generator)
+        return _chains_deciding_together(distributed, regression, (x, y))
+
+
+def groups(group, y):
+    """Four group effects under a scale (the warm-up's descent is watched for a funnel)."""
+    tau = pyro.sample("tau", dist.HalfNormal(1.0))
+    with pyro.plate("groups", 4):
+        effect = pyro.sample("effect", dist.Normal(0.0, tau))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(effect[group[idx]], 1.0), obs=y[idx])
+
+
+def chains_started_again(distributed: bool) -> dict[str, torch.Tensor]:
+    """Chains across processes, the warm-up started again because rank 1's descent (as the
+    patched check says) ran into a funnel."""
+    generator = torch.Generator().manual_seed(1)
+    group = torch.arange(40) % 4
+    y = torch.randn(40, generator=generator, dtype=torch.float64) + 0.3 * group
+    asked = AdaptiveControl.ran_into_funnel
+
+    def ran_into_funnel(control, engine):
+        asked(control, engine)  # the question is asked once, as without the patch
+        return _not_two_chains(engine)
+
+    with mock.patch.object(AdaptiveControl, "ran_into_funnel", ran_into_funnel):
+        out = _chains_deciding_together(distributed, groups, (group, y))
     return out
 
 
@@ -267,6 +333,8 @@ SCENARIOS = {
         data_mcmc,
         chains_mlp,
         chains_rounds,
+        chains_lengthened,
+        chains_started_again,
         diverging_ranks,
         mismatched_ranks,
         crash_data,

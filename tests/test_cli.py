@@ -79,7 +79,12 @@ def test_compare_regression_end_to_end(tmp_path, capsys):
         assert np.isfinite(entry["metrics"]["rmse"]) and entry["metrics"]["rmse"] > 0
         assert set(entry["diagnostics"]) >= DIAGNOSTICS
         if method != "svi":
-            assert entry["diagnostics"]["min_ess_bulk"] > 0
+            diagnostics = entry["diagnostics"]
+            assert diagnostics["min_ess_bulk"] > 0
+            # ESS/s is that of what a network is judged on, its outputs (was the weights')
+            assert diagnostics["ess_per_second"] == pytest.approx(
+                diagnostics["min_ess_bulk_output"] / entry["wall_time"], rel=0.05
+            )
     assert "max_tree_depth=3" in summary["methods"]["nuts"]["message"]
 
 
@@ -167,8 +172,11 @@ def test_the_rounds_judge_a_network_where_the_table_does(tmp_path, monkeypatch):
                  "--out", str(out), *budget, "--max-seconds", "2"]) == 0  # fmt: skip
     [(kwargs, result)] = runs
     assert kwargs["target_ess"] == 50 and kwargs["test"][0].shape == (200, 1)
-    status = _summary(out)["methods"]["sghmc"]["status"]
-    assert status == ("converged" if result.verdict.converged else "not converged")
+    entry = _summary(out)["methods"]["sghmc"]
+    assert entry["status"] == ("converged" if result.verdict.converged else "not converged")
+    # a row that did not converge says that its budget stopped it
+    spent = "--max-seconds 2 spent before it converged" in entry["message"]
+    assert spent == (not result.verdict.converged)
 
 
 def test_compare_exits_1_when_every_method_fails(tmp_path, capsys):
@@ -432,7 +440,7 @@ def test_output_directory_that_compare_did_not_write_is_refused(tmp_path, capsys
     assert main([*args, *FAST]) == 2
     err = capsys.readouterr().err
     assert "not empty and was not written by pyro-sgmcmc" in err and "thesis.tex" in err
-    assert "--overwrite" in err
+    assert "--overwrite" in err and "(--overwrite True)" not in err  # said once, as a flag
     assert sorted(p.name for p in out.iterdir()) == ["thesis.tex"]
     # --overwrite writes the results, leaves the foreign file and replaces one named like ours
     (out / "sgld.nc").write_text("an old result")
@@ -589,3 +597,33 @@ print(matplotlib.get_backend(), len(plt.get_fignums()))
     )
     assert done.stdout.split() == ["svg", "0"]
     assert (tmp_path / "sgld_trace.png").stat().st_size > 0
+
+
+def test_a_message_naming_an_option_in_both_forms_names_its_flag_once():
+    """The configuration's messages give the Python argument and the flag; on the command line
+    the argument becomes the flag, which was then said twice."""
+    import argparse
+
+    from pyro_sgmcmc.cli.commands import _in_flags
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--task")
+    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--batch-size")
+    cases = {
+        "use task='regression' (--task regression)": "use --task regression",
+        "pass --overwrite (overwrite=True)": "pass --overwrite",
+        "a number (task='regression', --task regression)?": "a number (--task regression)?",
+        "batch_size must be > 0 (got 0)": "--batch-size must be > 0 (got 0)",
+    }
+    for message, expected in cases.items():
+        assert _in_flags(message, parser) == expected
+
+
+def test_methods_may_be_given_apart_or_comma_separated():
+    from pyro_sgmcmc.cli.commands import build_parser
+
+    parser = build_parser()
+    for given in (["sghmc", "svi"], ["sghmc,svi"], ["svi", "sghmc"], ["svi,sghmc"]):
+        methods = parser.parse_args(["compare", "--methods", *given]).methods
+        assert sorted(methods) == ["sghmc", "svi"]

@@ -42,7 +42,8 @@ from pyro_sgmcmc.engine.estimators import MinibatchGradient
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE_SCENARIOS = ["data_mlp", "data_trace", "data_control_variate", "data_mcmc", "chains_mlp",
-                    "chains_rounds", "diverging_ranks", "mismatched_ranks"]  # fmt: skip
+                    "chains_rounds", "chains_lengthened", "chains_started_again",
+                    "diverging_ranks", "mismatched_ranks"]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +58,7 @@ def float64():
 def two_ranks(tmp_path_factory) -> Path:
     """One launch of two gloo ranks running every scenario of this module."""
     out = tmp_path_factory.mktemp("ranks")
-    codes = scenarios.launch(out, MODULE_SCENARIOS)
+    codes = scenarios.launch(out, MODULE_SCENARIOS, timeout=400.0)  # CI machines are slower
     # the two scenarios that must fail make both ranks exit with status 1
     assert codes == [1, 1], "\n".join(
         f"rank {rank}: {(out / f'stderr.rank{rank}.txt').read_text()[-2000:]}" for rank in range(2)
@@ -90,8 +91,9 @@ def test_data_parallel_chain_moves(two_ranks):
 
 
 def test_chains_across_ranks_equal_one_process_bit_for_bit(two_ranks):
-    """The draws, and the training rows at which the network's verdict judged its outputs
-    (which an export records for ``convergence_report``), on every rank."""
+    """The draws, the training rows at which the network's verdict judged its outputs (which an
+    export records for ``convergence_report``) and every chain's report (each rank's result
+    used to report its own chains only), on every rank."""
     reference = scenarios.chains_mlp(False)
     assert len(reference["judged_rows"]) == int(reference["judged_of_rows"]) == 40  # every row
     for output in rank_outputs(two_ranks, "chains_mlp"):
@@ -109,6 +111,23 @@ def test_chains_across_ranks_run_until_converged_as_one_process(two_ranks):
     for output in rank_outputs(two_ranks, "chains_rounds"):
         for key, expected in reference.items():
             assert torch.equal(output[key], expected), key
+
+
+@pytest.mark.parametrize("name", ["chains_lengthened", "chains_started_again"])
+def test_the_ranks_decide_together_what_the_chains_of_one_process_do(two_ranks, name):
+    """The warm-up's joint decisions (to lengthen it, to start it again) are wanted here by
+    rank 1's chain and not by rank 0's two: both ranks take them, as the three chains stacked in
+    one process do, and the draws are those of one process. (Each rank used to decide for its
+    own chains: rank 0 did not lengthen or start again, and its chains went elsewhere.) Not bit
+    for bit here: these models' transcendental functions round the last bit differently for a
+    chain alone than for three stacked (PyTorch's vectorised and scalar CPU loops)."""
+    reference = getattr(scenarios, name)(False)
+    if name == "chains_lengthened":
+        assert reference["warmup_gradient_steps"].tolist() == [8000] * 3
+    for output in rank_outputs(two_ranks, name):
+        assert set(output) == set(reference)
+        for key, expected in reference.items():
+            torch.testing.assert_close(output[key], expected, rtol=1e-10, atol=1e-10, msg=key)
 
 
 def test_ranks_started_differently_are_refused_on_every_rank(two_ranks):
@@ -381,3 +400,24 @@ def test_export_predictive_and_svi_on_the_data_device(device):
     assert fit.losses.shape == (1, 20)
     draws = fit.sample_posterior(3)
     assert all(value.device.type == device for value in draws.values())
+
+
+def test_a_rank_resumed_behind_the_others_takes_the_decisions_they_took():
+    """After a resume the ranks' checkpoints may lie at different draws: a rank whose checkpoint
+    is older takes the joint decisions the others took since instead of asking for them (the
+    others, past them, would not answer); checkpoints of different runs are refused."""
+    from types import SimpleNamespace
+
+    from pyro_sgmcmc.engine.engine import ChainEngine
+
+    asked = []
+    engine = SimpleNamespace(decisions=[True], to_replay=[],
+                             any_rank=lambda flag, what: asked.append(what) or flag)  # fmt: skip
+    ChainEngine.catch_up(engine, [[True], [True, False, True]])
+    assert engine.to_replay == [False, True]
+    assert ChainEngine._decide(engine, True, "lengthen") is False  # taken, not asked
+    assert ChainEngine._decide(engine, False, "lengthen") is True
+    assert ChainEngine._decide(engine, True, "start again") is True and asked == ["start again"]
+    assert engine.decisions == [True, False, True, True]
+    with pytest.raises(CheckpointError, match="disagree on the warm-up's joint decisions"):
+        ChainEngine.catch_up(engine, [[False, True]])

@@ -579,6 +579,13 @@ def test_mcmc_and_run_chains_exported_with_other_data_are_refused_naming_the_arg
             r"model, got a tensor of shape \(24, 3\): data go after it",
         ):
             to_inference_data(source, x, y)
+        # the data as keywords, as mcmc.run(x=x, y=y) takes them: named, with where they go
+        with pytest.raises(
+            TypeError,
+            match=r"unexpected keyword argument\(s\) 'x', 'y': the model's keyword data go "
+            r"in model_kwargs=dict\(x=\.\.\., y=\.\.\.\)",
+        ):
+            to_inference_data(source, None, x=x, y=y)
 
 
 def _from_dict(data, scale=1.0):

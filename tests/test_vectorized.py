@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pyro
 import pyro.distributions as dist
@@ -575,3 +576,28 @@ def test_ctrl_c_stops_run_chains_at_a_draw_boundary_with_a_checkpoint(gaussian_d
             run(GaussianMean(), y, checkpoint_path=path, callback=press_ctrl_c, **options)
     resumed = run(GaussianMean(), y, resume_from=path, checkpoint_path=path, **options)
     assert torch.equal(resumed.samples["mu"], reference.samples["mu"])
+
+
+def test_a_result_summarises_and_diagnoses_its_draws_as_mcmc_does(capsys):
+    """``summary()`` and ``diagnostics()`` as ``pyro.infer.MCMC`` has them, through Pyro's own
+    functions, plus the divergent steps and the verdict."""
+    from pyro.infer.mcmc.util import diagnostics
+
+    def mean_model(y):
+        mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+        with pyro.plate("data", y.shape[0]) as idx:
+            pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+
+    y = torch.randn(100, generator=torch.Generator().manual_seed(0)) + 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = run_chains(SGLD(mean_model, batch_size=20, seed=0), y, num_chains=2,
+                            num_samples=60, warmup_steps=60)  # fmt: skip
+    result.summary(prob=0.8)
+    printed = capsys.readouterr().out
+    assert "10.0%" in printed and "90.0%" in printed and "n_eff" in printed and "mu" in printed
+    assert "Number of divergent steps: 0" in printed and f"Verdict: {result.verdict}" in printed
+    found = result.diagnostics()
+    expected = diagnostics(result.samples, group_by_chain=True)
+    assert torch.equal(found["mu"]["r_hat"], expected["mu"]["r_hat"])
+    assert found["divergences"] == {"chain 0": [], "chain 1": []}

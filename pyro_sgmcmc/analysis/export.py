@@ -160,6 +160,7 @@ def to_inference_data(
     seed: int | None = 0,
     dims: Mapping[str, Sequence[str]] | None = None,
     check_model: bool = True,
+    **unexpected: Any,
 ) -> Any:
     r"""Convert an MCMC run or an SVI fit into an ``arviz.InferenceData`` (ArviZ 0.x) or an
     ``xarray.DataTree`` (ArviZ 1.x).
@@ -220,6 +221,9 @@ def to_inference_data(
         Compare the fingerprint of ``model`` with the run's model when they are different
         objects (module docstring, "Checks"); ``False`` skips this comparison (never the check
         of the latent sites).
+    **unexpected:
+        Refused, with the advice to pass the model's keyword data as ``model_kwargs`` (as
+        ``mcmc.run(x=x, y=y)`` takes them): they could clash with the options above.
 
     Returns
     -------
@@ -238,7 +242,7 @@ def to_inference_data(
         test set whose columns differ from the training data's, or a model that fails on it.
     TypeError
         For an unknown source, a ``model`` that is not callable (data given where the model
-        goes), or an ``hmc_stats`` that is not an :class:`HMCStatsCollector`.
+        goes), an ``hmc_stats`` that is not an :class:`HMCStatsCollector`, or another keyword.
 
     References
     ----------
@@ -249,6 +253,17 @@ def to_inference_data(
     cross-validation and WAIC", Statistics and Computing 27, 2017 (why ``log_likelihood`` is per
     observation).
     """
+    if unexpected:
+        names = ", ".join(repr(name) for name in unexpected)
+        given = ", ".join(f"{name}=..." for name in unexpected)
+        raise TypeError(
+            f"to_inference_data() got unexpected keyword argument(s) {names}: the model's "
+            f"keyword data go in model_kwargs=dict({given}) (positional data after the model, "
+            "to_inference_data(result, model, x, y)); the options are model_kwargs, test, "
+            "test_kwargs, num_draws, hmc_stats, wall_time, log_likelihood, "
+            "posterior_predictive, plate_name, chunk_size, use_fast_path, seed, dims and "
+            "check_model"
+        )
     if model is not None and not callable(model):
         raise TypeError(
             f"model (the second argument) must be the Pyro model, got {describe_value(model)}: "

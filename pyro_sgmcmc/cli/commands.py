@@ -67,6 +67,14 @@ def _comma_list(kind: Callable[[str], Any], what: str) -> Callable[[str], tuple]
     return parse
 
 
+class _Joined(argparse.Action):
+    """The items of an option given apart (``sghmc svi``), comma-separated (``sghmc,svi``) or
+    both, as one tuple."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, tuple(item for value in values for item in value))
+
+
 def _hidden(text: str) -> tuple[int, ...]:
     if text.strip().lower() in ("", "none"):
         return ()
@@ -123,8 +131,10 @@ def _add_compare_parser(commands: argparse._SubParsersAction) -> None:
     add(
         "--methods",
         type=_comma_list(str, "method names"),
+        nargs="+",
+        action=_Joined,
         default=argparse.SUPPRESS,
-        help=f"comma-separated subset of {','.join(METHODS)} (default: all)",
+        help=f"a subset of {','.join(METHODS)}, comma- or space-separated (default: all)",
     )
     add("--chains", type=int, default=argparse.SUPPRESS, help=f"default {_default('chains')}")
     add("--seed", type=int, default=argparse.SUPPRESS, help=f"default {_default('seed')}")
@@ -405,7 +415,9 @@ def _in_flags(message: str, parser: argparse.ArgumentParser) -> str:
             message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
         else:  # a word: only as the subject of the message
             message = re.sub(rf"^{name}(?=:| must )", flag, message)
-    return message
+    # a message that gave both forms, ``overwrite=True (--overwrite)``, now says it twice
+    message = re.sub(r"(--[\w-]+(?: [^\s,;()]+)?) \((?:\1|\1 True)\)", r"\1", message)
+    return re.sub(r"\((--[^,()]+), \1\)", r"(\1)", message)
 
 
 #: The options that set one method's settings, and those methods: ``sample`` with another

@@ -86,7 +86,8 @@ def convergence(
     """Worst split R-hat and bulk ESS over all scalar parameters, ESS/s and divergences, the
     same for a network's outputs at the test inputs, and the verdict (``"verdict"``: on the
     outputs for a network, else on the parameters; ``min_ess``: the total ESS the SG-MCMC
-    rounds drew for, required besides the default bound, as the rounds required it)."""
+    rounds drew for, required besides the default bound, as the rounds required it). ESS/s is
+    that of what the verdict judges: a network's outputs, else its parameters."""
     report = convergence_report(
         idata, method, wall_time=wall_time, function_space=False, min_ess=min_ess
     )
@@ -113,6 +114,7 @@ def convergence(
         result["min_ess_bulk_output"] = None if independent else output.min_ess_bulk
         if _arviz.get_group(idata, "posterior").attrs.get("function_space"):
             result["verdict"] = output.verdict
+            result["ess_per_second"] = None if independent else output.ess_bulk_per_second
     return result
 
 

@@ -97,9 +97,9 @@ class ComparisonResults:
             *metric_cols,
             ("max_rhat", "max R-hat", ".3f"),
             ("min_ess_bulk", "min ESS", ".1f"),
-            ("ess_per_second", "ESS/s", ".2f"),
             ("max_rhat_output", "R-hat f(x)", ".3f"),
             ("min_ess_bulk_output", "ESS f(x)", ".1f"),
+            ("ess_per_second", "ESS/s", ".2f"),
             ("divergences", "div.", "d"),
         ]
 
@@ -192,7 +192,8 @@ class ComparisonResults:
         lines.append(self.criterion() + ".")
         lines.append(
             "R-hat (rank-normalised split R-hat) and bulk ESS are the worst over all scalar "
-            "parameters; ESS/s divides the minimum bulk ESS by the wall time. In weight space a "
+            "parameters; ESS/s divides the smallest bulk ESS of what the verdict judges (a "
+            "network's outputs f(x), else the parameters) by the wall time. In weight space a "
             "BNN posterior has many equivalent modes (hidden units can be permuted or flip "
             "sign), so chains started apart rarely agree there and R-hat stays large even when "
             "the predictive distributions agree. R-hat f(x) and ESS f(x) diagnose the network "

@@ -362,11 +362,15 @@ class AdaptiveControl(StepControl):
         every group effect drawn onto the group mean, in the neck of a centred hierarchical
         model's funnel, where the joint density grows without bound. Asked at the end of every
         warm-up draw; true at most once."""
-        if self.watch_start is None or self.cut or engine.t < self.descent_end:
+        if not self.funnel_check_due(engine):
             return False
         shrunk = self._spreads(engine) * FUNNEL_SHRINK < self.watch_start
         self.watch_start = None  # asked once
         return bool(shrunk.any())
+
+    def funnel_check_due(self, engine: EngineView) -> bool:
+        """Whether :meth:`ran_into_funnel` has its one question to answer now."""
+        return self.watch_start is not None and not self.cut and engine.t >= self.descent_end
 
     def cut_descent(self) -> None:
         """After the engine went back to its start: descend for

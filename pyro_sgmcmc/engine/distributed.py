@@ -40,7 +40,9 @@ gradient's dtype: the weighted gradients, the potentials, and one fingerprint of
 state per chain (:func:`state_fingerprint`; it verifies that the ranks still hold the same state,
 at the cost of :math:`R` numbers). At set-up, one gather of the run's description (settings, data
 fingerprint; a run whose ranks differ is refused) and, without a seed, one of the seed. Chains
-across processes: the same two at set-up, and one gather of the draws at the end.
+across processes: the same two at set-up, one gather of a flag at each of the warm-up's joint
+decisions (:func:`any_rank`: whether to lengthen it, whether to start it again), one of every
+rank's decisions on a resume, and one gather of the draws at the end.
 
 Failures
 --------
@@ -71,6 +73,7 @@ from .settings import settings_signature
 __all__ = [
     "DEFAULT_TIMEOUT",
     "DataParallelGradient",
+    "any_rank",
     "chain_share",
     "check_agreement",
     "gather_objects",
@@ -218,6 +221,14 @@ def gather_objects(value: Any, what: str) -> list[Any]:
     gathered: list[Any] = [None] * world()[1]
     _guarded(what, dist.all_gather_object, gathered, value, group=_object_group())
     return gathered
+
+
+def any_rank(flag: bool, what: str) -> bool:
+    """Whether ``flag`` holds on some rank (every rank takes part): how the ranks of a run with
+    chains across processes decide together what the chains stacked in one process decide
+    together (lengthening the warm-up, starting it again), so that they run as one process
+    would. ``what`` names the operation in the error raised when a rank does not take part."""
+    return any(gather_objects(bool(flag), what))
 
 
 def check_agreement(run: str, facts: Mapping[str, str]) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from ..dynamics.registry import Algorithm, SettingsMemo, StepInputs, dump_state, load_state
+from ..errors import CheckpointError
 from .controls import StepControl
 from .divergence import RETREAT_EVERY, DivergenceMonitor
 from .estimators import MinibatchGradient
@@ -189,6 +190,14 @@ class ChainEngine:
         self.deadline: float | None = None
         #: ``(time, step)`` at this process's first draw: the pace of its steps.
         self.clock: tuple[float, int] | None = None
+        #: ``any_rank(flag, what)``: whether some rank's chains want what the chains do alike
+        #: (:meth:`_decide`): ``flag`` itself in one process; for chains across processes,
+        #: :func:`~pyro_sgmcmc.engine.distributed.any_rank`, set by the driver.
+        self.any_rank: Callable[[bool, str], bool] = _this_process
+        #: The joint decisions taken so far, in order (checkpointed), and those a rank resumed
+        #: behind the others takes from them instead of asking (:meth:`catch_up`).
+        self.decisions: list[bool] = []
+        self.to_replay: list[bool] = []
 
     # ------------------------------------------------------------------ position
     @property
@@ -272,20 +281,51 @@ class ChainEngine:
         if not self.in_warmup:
             return self._kept_draw()
         stats = self._warmup_draw()
-        if self.beginning is not None and self.control.ran_into_funnel(self):
+        if self.beginning is not None and self._ran_into_funnel():
             stats = self._start_again_with_a_short_descent()
         if self.draws_done == self.warmup_draws:  # the warm-up's end (lengthened, if need be)
             self._end_warmup()  # belongs to its last draw: the drivers' warm-up checks follow
         return stats
+
+    def _decide(self, flag: bool, what: str) -> bool:
+        """Whether the chains do ``what`` together: whether some chain wants it (``flag``: this
+        engine's chains), here and on every other rank of a run with chains across processes,
+        so that they decide as the same chains stacked in one process do. A rank resumed
+        behind the others takes the decision they took (:meth:`catch_up`)."""
+        if self.to_replay:
+            decision = self.to_replay.pop(0)
+        else:
+            decision = bool(self.any_rank(bool(flag), what))
+        self.decisions.append(decision)
+        return decision
+
+    def catch_up(self, every_rank: Sequence[Sequence[bool]]) -> None:
+        """Take the joint decisions that other ranks (``every_rank``: each rank's
+        :attr:`decisions`, after a resume) took beyond this rank's checkpoint: their
+        checkpoints may have been written later than this rank's."""
+        furthest = max(every_rank, key=len)
+        if list(furthest[: len(self.decisions)]) != self.decisions:
+            raise CheckpointError(
+                "the ranks' checkpoints disagree on the warm-up's joint decisions (lengthening, "
+                "starting again): they come from different runs"
+            )
+        self.to_replay = [bool(d) for d in furthest[len(self.decisions) :]]
+
+    def _ran_into_funnel(self) -> bool:
+        """Whether the chains' descent ran into a funnel's neck (asked once, at its end)."""
+        if not self.control.funnel_check_due(self):
+            return False
+        wanted = self.control.ran_into_funnel(self)
+        return self._decide(wanted, "agreeing whether to start the warm-up again")
 
     def _start_again_with_a_short_descent(self) -> DrawStats:
         """Go back to the start and warm up again, with the control's descent cut short, to
         the draw reached (:mod:`~pyro_sgmcmc.engine.hierarchy`: the descent ran into the neck
         of a centred hierarchical model's funnel). The draws are done within this call, so a
         driver that counts warm-up draws (``pyro.infer.MCMC``) sees one slower draw."""
-        reached, beginning = self.draws_done, self.beginning
+        reached, beginning, decisions = self.draws_done, self.beginning, self.decisions
         self.load_state_dict(beginning)
-        self.beginning = beginning
+        self.beginning, self.decisions = beginning, decisions
         self.control.cut_descent()
         stats = self._warmup_draw()
         while self.draws_done < reached:
@@ -318,9 +358,12 @@ class ChainEngine:
         if meter is None or lengthen is None:
             return
         longest = LONGEST_WARMUP * self.t
-        while 0 < 2 * self.t <= longest and meter.wants_longer():
+        while 0 < 2 * self.t <= longest and self._decide(
+            meter.wants_longer(), "agreeing whether to lengthen the warm-up"
+        ):
             end = 2 * self.t
-            if not self._time_allows(end):
+            late = not self._time_allows(end)
+            if self._decide(late, "agreeing whether a longer warm-up fits the time budget"):
                 break
             meter.lengthen(lengthen(self, end), end)
             self.lengthening = True
@@ -640,6 +683,7 @@ class ChainEngine:
             else self.thinning_meter.state_dict(),
             "cadence": None if self.cadence is None else self.cadence.state_dict(),
             "drawn": self.drawn,
+            "decisions": list(self.decisions),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -670,3 +714,9 @@ class ChainEngine:
             self.cadence = DrawCadence(state["cadence"]["thinning"])
             self.cadence.load_state_dict(state["cadence"])
         self.drawn = state.get("drawn")
+        self.decisions, self.to_replay = list(state.get("decisions", [])), []
+
+
+def _this_process(flag: bool, what: str) -> bool:
+    """The decision of the chains of one process: their own."""
+    return flag

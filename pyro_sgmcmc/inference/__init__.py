@@ -7,6 +7,7 @@ package's own drivers around the same engine (:mod:`pyro_sgmcmc.engine`).
 module                     job
 =========================  ===================================================================
 :mod:`.vectorized`         :func:`run_chains`: many chains in one process, stacked on a chain axis
+:mod:`.across_ranks`       ``run_chains`` with chains across processes: shares, the gather
 :mod:`.rounds`             a run until converged: judge the draws, size the next round
 :mod:`.checkpoint`         :class:`ResumableMCMC`: checkpoint, resume and extend a run
 :mod:`.checkpoint_files`   checkpoint files: format, atomic writes, integrity, when to write

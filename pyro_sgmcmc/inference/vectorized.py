@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 import pyro
 import torch
+from pyro.infer.mcmc.util import diagnostics as pyro_diagnostics
+from pyro.infer.mcmc.util import print_summary
 
 from .._validation import (
     as_tensor_arguments,
@@ -50,9 +52,7 @@ from ..analysis.export_checks import checked_test_set
 from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, judged_training_rows
 from ..engine.build import PreparedChains, prepare_chains
 from ..engine.distributed import (
-    agreed_seed,
-    chain_share,
-    check_agreement,
+    any_rank,
     gather_objects,
     rank_path,
     world,
@@ -61,9 +61,9 @@ from ..engine.distributed import (
 from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
 from ..engine.report import sampling_report, warmup_advice
-from ..engine.settings import settings_signature
 from ..errors import CheckpointError, DistributedRunError, SamplerDivergedError
 from ..kernels.base import StochasticGradientKernel
+from .across_ranks import distribute, gathered
 from .checkpoint_files import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -189,6 +189,25 @@ class VectorizedResult:
         if group_by_chain:
             return dict(self.samples)
         return {k: v.reshape(-1, *v.shape[2:]) for k, v in self.samples.items()}
+
+    def summary(self, prob: float = 0.9) -> None:
+        """Print each site's mean, standard deviation, median, ``prob`` interval, ``n_eff`` and
+        ``r_hat`` as ``pyro.infer.MCMC.summary`` does (Pyro's ``print_summary``), then the
+        divergent steps and the run's verdict (which judges a network by its outputs, not by
+        the weights' ``r_hat``)."""
+        print_summary(self.samples, prob=prob, group_by_chain=True)
+        print(f"Number of divergent steps: {sum(len(steps) for steps in self.divergent_steps)}")
+        if self.verdict is not None:
+            print(f"Verdict: {self.verdict}")
+
+    def diagnostics(self) -> dict[str, Any]:
+        """Per site ``n_eff`` and ``r_hat``, and per chain (``"chain 0"``, ...) the steps that
+        diverged, as ``pyro.infer.MCMC.diagnostics`` gives them (Pyro's ``diagnostics``)."""
+        found = pyro_diagnostics(self.samples, group_by_chain=True)
+        found["divergences"] = {
+            f"chain {c}": list(steps) for c, steps in enumerate(self.divergent_steps)
+        }
+        return found
 
     def to_inference_data(self, *args: Any, **options: Any):
         """The run as an ``arviz.InferenceData`` (ArviZ 0.x) or ``xarray.DataTree`` (ArviZ 1.x),
@@ -401,7 +420,7 @@ def run_chains(
     fingerprint = data_fingerprint(args, kwargs, kernel.model)
     settings, local = kernel.settings, range(num_chains)
     if distribute_chains:
-        settings, local = _distribute_chains(kernel, run, fingerprint)
+        settings, local = distribute(kernel, run, fingerprint)
         checkpoint_path, resume_from = rank_path(checkpoint_path), rank_path(resume_from)
     policy = CheckpointPolicy(checkpoint_path, checkpoint_every, checkpoint_seconds, overwrite)
     policy.writer = writes_checkpoints(settings)
@@ -415,8 +434,7 @@ def run_chains(
         )  # fmt: skip
         recorder = DrawRecorder(len(local), kernel.settings.keep_draws)
         saver = _Saver(kernel, chains, recorder, run, fingerprint, policy)
-        if resume_from is not None:
-            saver.restore(resume_from, checkpoint)
+        saver.start(resume_from, checkpoint, across_ranks=distribute_chains)
         outputs = _judged_outputs(chains, test_set)
         setup_time = time.perf_counter() - setup_start
         # a resumed run's budget and sampling time count the seconds it sampled before
@@ -442,7 +460,7 @@ def run_chains(
         result, judged_at=tuple(rounds.judged_at), target_ess=target_ess,
         judged_rows=judged_rows, judged_of_rows=judged_of_rows,
     )  # fmt: skip
-    return _gathered(result, saver) if distribute_chains else result
+    return gathered(result, saver) if distribute_chains else result
 
 
 def _draw_rounds(rounds, chains, recorder, callback, saver, data) -> Verdict:
@@ -497,56 +515,6 @@ def _judged_outputs(
     outputs = HeldOutOutputDraws(structure.model, chains.data[0], structure.plate.name, *test_set)
     outputs.check(chains.constrain(chains.draw()))
     return outputs
-
-
-def _distribute_chains(kernel, run: dict[str, Any], fingerprint: str):
-    """Chains across processes: the settings with the seed every rank uses, and this rank's
-    chains (added to ``run``, which the checkpoints record), after checking that every rank was
-    started alike."""
-    if kernel.settings.data_parallel:
-        raise ValueError(
-            "distribute_chains=True runs different chains on the ranks, but the kernel has "
-            "data_parallel=True, which runs the same chains on every rank: choose one"
-        )
-    local = chain_share(run["num_chains"])
-    signature = settings_signature(kernel.settings, kernel.options)
-    facts = {f"setting {name}": value for name, value in signature.items()}
-    facts.update(data=fingerprint, run=repr(sorted(run.items())))
-    check_agreement("chains-across-processes run", facts)
-    run["chains"] = list(local)
-    return dataclasses.replace(kernel.settings, seed=agreed_seed(kernel.settings.seed)), local
-
-
-def _gathered(result: VectorizedResult, saver: _Saver) -> VectorizedResult:
-    """Every rank's chains in one result, in the order of the chains' indices (each rank holds a
-    contiguous share, in rank order); times are the slowest rank's."""
-    mine = {
-        "samples": {name: value.cpu() for name, value in result.samples.items()},
-        "sample_stats": result.sample_stats,
-        "times": (result.sampling_time, result.setup_time),
-        "chain_seeds": result.chain_seeds,
-        "divergent_steps": result.divergent_steps,
-    }
-    try:
-        parts = gather_objects(mine, "gathering the draws of every rank")
-    except DistributedRunError as error:
-        raise saver.failed(error) from error
-    device = next((value.device for value in result.samples.values()), torch.device("cpu"))
-    return dataclasses.replace(
-        result,
-        samples={
-            name: torch.cat([part["samples"][name] for part in parts]).to(device)
-            for name in result.samples
-        },
-        sample_stats={
-            name: np.concatenate([part["sample_stats"][name] for part in parts])
-            for name in result.sample_stats
-        },
-        sampling_time=max(part["times"][0] for part in parts),
-        setup_time=max(part["times"][1] for part in parts),
-        chain_seeds=tuple(seed for part in parts for seed in part["chain_seeds"]),
-        divergent_steps=tuple(steps for part in parts for steps in part["divergent_steps"]),
-    )
 
 
 class _Saver:
@@ -624,6 +592,28 @@ class _Saver:
         else:
             where = "Rank 0's last checkpoint continues the run (resume_from=..., every rank)."
         return DistributedRunError(f"{error} {where}")
+
+    def start(
+        self, resume_from: str | os.PathLike | None, payload: dict[str, Any] | None,
+        across_ranks: bool,
+    ) -> None:  # fmt: skip
+        """Restore the run saved in ``resume_from``, if given. With chains across processes the
+        ranks decide together what the chains of one process decide together
+        (:meth:`~pyro_sgmcmc.engine.engine.ChainEngine.catch_up`), and a rank resumed from a
+        checkpoint older than the others' takes the decisions they took since."""
+        if resume_from is not None:
+            self.restore(resume_from, payload)
+        if not across_ranks:
+            return
+        engine = self.chains.engine
+        engine.any_rank = any_rank
+        if resume_from is None:
+            return
+        try:
+            decisions = gather_objects(engine.decisions, "agreeing on the warm-up's decisions")
+        except DistributedRunError as error:
+            raise self.failed(error) from error
+        engine.catch_up(decisions)
 
     def restore(self, path: str | os.PathLike, payload: dict[str, Any] | None = None) -> None:
         """Continue the run saved in ``path`` (refusing another run's checkpoint); ``payload``:

@@ -106,8 +106,13 @@ class CapturedGraph:
                 return None
             self.graphs[key] = graph
         inputs = (flat, *(fixed[n] for n in names))
-        value, grad = graph(*inputs) if rows is None else graph(rows, *inputs)
-        return value, grad
+        # the recording holds the backward pass as plain operations: no autograd here, which a
+        # constant that requires grad (a model's pyro.param) would otherwise record, step after
+        # step, into one graph that grows with the chain (TorchScript's replay records it even
+        # under no_grad: hence the detach)
+        with torch.no_grad():
+            value, grad = graph(*inputs) if rows is None else graph(rows, *inputs)
+        return value.detach(), grad.detach()
 
     def _compiled(self, graph: torch.fx.GraphModule, inputs: tuple) -> Callable[..., Any]:
         """``graph`` compiled by TorchInductor (generated C++ or Triton kernels: the recorded
