@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import distributed_scenarios as scenarios
@@ -421,3 +422,51 @@ def test_a_rank_resumed_behind_the_others_takes_the_decisions_they_took():
     assert engine.decisions == [True, False, True, True]
     with pytest.raises(CheckpointError, match="disagree on the warm-up's joint decisions"):
         ChainEngine.catch_up(engine, [[False, True]])
+    # every rank refuses checkpoints that disagree, whichever holds the longest list
+    for mine in ([True], [False]):
+        refused = SimpleNamespace(decisions=mine, to_replay=[])
+        with pytest.raises(CheckpointError):
+            ChainEngine.catch_up(refused, [[True], [False]])
+
+
+def test_a_replayed_start_again_keeps_the_decisions_still_to_replay(monkeypatch):
+    """A rank resumed behind the others replays their decisions; the first, to start the
+    warm-up again, restores the state at the start, which used to drop the decisions still to
+    replay: the rank then asked the others (past them) a question they never answered."""
+    from pyro_sgmcmc.engine.adaptation import AdaptiveControl
+    from pyro_sgmcmc.engine.engine import ChainEngine
+
+    asked = []
+    start = ChainEngine.start
+
+    def resumed_behind(engine, *args, **kwargs):
+        start(engine, *args, **kwargs)
+        engine.to_replay = [True, False]  # the others started again, then did not lengthen
+        engine.any_rank = lambda flag, what: asked.append(what) or flag
+
+    monkeypatch.setattr(ChainEngine, "start", resumed_behind)
+    monkeypatch.setattr(AdaptiveControl, "ran_into_funnel", lambda control, engine: False)
+    group = torch.arange(40) % 4
+    y = torch.randn(40, generator=torch.Generator().manual_seed(1)) + 0.3 * group
+    kernel = SGHMC(scenarios.groups, step_size=None, num_steps_per_sample=None, batch_size=10,
+                   seed=7, friction=0.3)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = run_chains(kernel, group, y, num_chains=1, num_samples=2, warmup_steps=4)
+    assert asked == []
+    assert result.chain_reports[0]["warmup_gradient_steps"] == 4000  # not lengthened
+
+
+def test_the_centres_of_every_rank_are_joined_where_each_chain_has_its_own():
+    from pyro_sgmcmc.inference.across_ranks import _joined_centres
+
+    own = [
+        {"mu": torch.zeros(2), "w": torch.zeros(2, 3)},
+        {"mu": torch.ones(1), "w": torch.ones(1, 3)},
+    ]
+    joined = _joined_centres(own, True, torch.device("cpu"))
+    assert joined["mu"].tolist() == [0.0, 0.0, 1.0] and joined["w"].shape == (3, 3)
+    shared = [{"mu": torch.tensor(0.5), "w": torch.zeros(3)}] * 2  # control_variate=True
+    kept = _joined_centres(shared, False, torch.device("cpu"))
+    assert kept["mu"].shape == () and kept["w"].shape == (3,)
+    assert _joined_centres([None, shared[0]], False, torch.device("cpu")) is None

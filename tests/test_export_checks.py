@@ -634,3 +634,15 @@ def test_the_same_data_in_another_form_is_the_runs_and_other_data_are_named(data
             r"was fitted with a tensor of shape \(24,\)",
         ):
             to_inference_data(source, None, x)
+
+
+def test_the_model_given_by_keyword_is_told_to_go_by_position(data):
+    """``model`` (like ``source``) is positional; given as ``model=``, the error says so rather
+    than sending it into ``model_kwargs``."""
+    from pyro_sgmcmc import SGLD, run_chains
+
+    x, y, _, _ = data
+    kernel = SGLD(indexed, batch_size=8, step_size=1e-3, num_steps_per_sample=1, seed=0)
+    result = run_chains(kernel, x, y, num_chains=1, num_samples=2, warmup_steps=0)
+    with pytest.raises(TypeError, match=r"takes model by position: to_inference_data\(result"):
+        to_inference_data(result, model=indexed)

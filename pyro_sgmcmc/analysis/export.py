@@ -253,6 +253,12 @@ def to_inference_data(
     cross-validation and WAIC", Statistics and Computing 27, 2017 (why ``log_likelihood`` is per
     observation).
     """
+    positional = [name for name in ("source", "model") if name in unexpected]
+    if positional:
+        raise TypeError(
+            f"to_inference_data() takes {' and '.join(positional)} by position: "
+            "to_inference_data(result, model, x, y), or to_inference_data(result)"
+        )
     if unexpected:
         names = ", ".join(repr(name) for name in unexpected)
         given = ", ".join(f"{name}=..." for name in unexpected)

@@ -42,7 +42,8 @@ at the cost of :math:`R` numbers). At set-up, one gather of the run's descriptio
 fingerprint; a run whose ranks differ is refused) and, without a seed, one of the seed. Chains
 across processes: the same two at set-up, one gather of a flag at each of the warm-up's joint
 decisions (:func:`any_rank`: whether to lengthen it, whether to start it again), one of every
-rank's decisions on a resume, and one gather of the draws at the end.
+rank's decisions on a resume, the gathers of a run until converged at each verdict (every
+rank's draws, the verdict, the next round's size), and one gather of the draws at the end.
 
 Failures
 --------

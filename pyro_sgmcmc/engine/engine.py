@@ -198,6 +198,9 @@ class ChainEngine:
         #: behind the others takes from them instead of asking (:meth:`catch_up`).
         self.decisions: list[bool] = []
         self.to_replay: list[bool] = []
+        #: Whether :attr:`decisions` are known: not after restoring a checkpoint of a version
+        #: that did not record them.
+        self.decisions_known = True
 
     # ------------------------------------------------------------------ position
     @property
@@ -303,8 +306,9 @@ class ChainEngine:
         """Take the joint decisions that other ranks (``every_rank``: each rank's
         :attr:`decisions`, after a resume) took beyond this rank's checkpoint: their
         checkpoints may have been written later than this rank's."""
-        furthest = max(every_rank, key=len)
-        if list(furthest[: len(self.decisions)]) != self.decisions:
+        lists = [list(decisions) for decisions in every_rank] + [self.decisions]
+        furthest = max(lists, key=len)
+        if any(furthest[: len(other)] != other for other in lists):
             raise CheckpointError(
                 "the ranks' checkpoints disagree on the warm-up's joint decisions (lengthening, "
                 "starting again): they come from different runs"
@@ -323,9 +327,10 @@ class ChainEngine:
         the draw reached (:mod:`~pyro_sgmcmc.engine.hierarchy`: the descent ran into the neck
         of a centred hierarchical model's funnel). The draws are done within this call, so a
         driver that counts warm-up draws (``pyro.infer.MCMC``) sees one slower draw."""
-        reached, beginning, decisions = self.draws_done, self.beginning, self.decisions
+        reached, beginning = self.draws_done, self.beginning
+        decisions, to_replay = self.decisions, self.to_replay
         self.load_state_dict(beginning)
-        self.beginning, self.decisions = beginning, decisions
+        self.beginning, self.decisions, self.to_replay = beginning, decisions, to_replay
         self.control.cut_descent()
         stats = self._warmup_draw()
         while self.draws_done < reached:
@@ -715,6 +720,7 @@ class ChainEngine:
             self.cadence.load_state_dict(state["cadence"])
         self.drawn = state.get("drawn")
         self.decisions, self.to_replay = list(state.get("decisions", [])), []
+        self.decisions_known = "decisions" in state
 
 
 def _this_process(flag: bool, what: str) -> bool:

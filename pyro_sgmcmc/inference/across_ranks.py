@@ -74,17 +74,30 @@ def gathered(result: Any, saver: Any) -> Any:
         chain_seeds=tuple(seed for part in parts for seed in part["chain_seeds"]),
         divergent_steps=tuple(steps for part in parts for steps in part["divergent_steps"]),
         chain_reports=tuple(report for part in parts for report in part["chain_reports"]),
-        control_variate_centre=_joined_centres([part["centre"] for part in parts], device),
+        control_variate_centre=_joined_centres(
+            [part["centre"] for part in parts], _per_chain_centres(saver), device
+        ),
     )
+
+
+def _per_chain_centres(saver: Any) -> bool:
+    """Whether the control variate has a centre per chain (``control_variate="auto"``: ``(C,
+    D)``), or one the chains share (given, or found from the first chain's start: ``(D,)``)."""
+    centre = getattr(saver.chains.engine.estimator, "centre", None)
+    return centre is not None and centre.dim() == 2
 
 
 def _on_cpu(values: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
     return None if values is None else {name: value.cpu() for name, value in values.items()}
 
 
-def _joined_centres(centres: list, device: torch.device) -> dict[str, torch.Tensor] | None:
-    """Every rank's control-variate centres, ``(C, ...)`` per site (``None`` unless every rank
-    has them)."""
+def _joined_centres(
+    centres: list, per_chain: bool, device: torch.device
+) -> dict[str, torch.Tensor] | None:
+    """Every rank's control-variate centres, ``(C, ...)`` per site, where each chain has its own;
+    rank 0's where the chains share one (``None`` unless every rank has them)."""
     if any(centre is None for centre in centres):
         return None
+    if not per_chain:
+        return {name: value.to(device) for name, value in centres[0].items()}
     return {name: torch.cat([c[name] for c in centres]).to(device) for name in centres[0]}

@@ -600,20 +600,25 @@ class _Saver:
         """Restore the run saved in ``resume_from``, if given. With chains across processes the
         ranks decide together what the chains of one process decide together
         (:meth:`~pyro_sgmcmc.engine.engine.ChainEngine.catch_up`), and a rank resumed from a
-        checkpoint older than the others' takes the decisions they took since."""
+        checkpoint older than the others' takes the decisions they took since. Checkpoints of a
+        version that did not record the decisions (before 0.3.1) go on deciding per rank, as
+        they did."""
         if resume_from is not None:
             self.restore(resume_from, payload)
         if not across_ranks:
             return
-        engine = self.chains.engine
+        engine, every_rank = self.chains.engine, None
+        if resume_from is not None:
+            try:
+                every_rank = gather_objects((engine.decisions_known, engine.decisions),
+                                            "agreeing on the warm-up's decisions")  # fmt: skip
+            except DistributedRunError as error:
+                raise self.failed(error) from error
+            if not all(known for known, _ in every_rank):
+                return
         engine.any_rank = any_rank
-        if resume_from is None:
-            return
-        try:
-            decisions = gather_objects(engine.decisions, "agreeing on the warm-up's decisions")
-        except DistributedRunError as error:
-            raise self.failed(error) from error
-        engine.catch_up(decisions)
+        if every_rank is not None:
+            engine.catch_up([decisions for _, decisions in every_rank])
 
     def restore(self, path: str | os.PathLike, payload: dict[str, Any] | None = None) -> None:
         """Continue the run saved in ``path`` (refusing another run's checkpoint); ``payload``:
