@@ -142,6 +142,33 @@ def test_the_adapted_step_is_frozen_for_sampling_and_a_given_step_is_kept():
     assert np.allclose(given.sample_stats["step_size"], 1e-5)
 
 
+@pytest.mark.filterwarnings("ignore:.*not converged")  # a short run: only the statistics count
+@pytest.mark.parametrize("kernel", [SGLD, PSGLD])
+def test_each_draws_step_size_is_the_median_step_its_coordinates_take(kernel):
+    """What the progress bar, ``diagnostics()`` and ``sample_stats`` call the step size is the
+    median over the coordinates of :math:`h P_i`, not the step :math:`h` per unit of
+    preconditioner (the adaptive :math:`h` is about 0.1 where the coordinates move by 1e-4)."""
+    x, y = regression_data(n=400, d=3)
+    model = ConjugateLinearRegression()
+    result = run_chains(kernel(model, batch_size=50, seed=0), x, y, num_chains=2,
+                        num_samples=20, warmup_steps=100)  # fmt: skip
+    for c, report in enumerate(result.chain_reports):
+        median = report["coordinate_step"]["w"]["median"]  # the model's one site
+        np.testing.assert_allclose(result.sample_stats["step_size"][c], median, rtol=1e-12)
+    shown = []  # the progress bar's fields after each draw
+
+    def read_the_bar(kernel, params, stage, i):
+        shown.append(kernel.logging()["step size"])
+
+    mcmc = MCMC(kernel(model, batch_size=50, seed=0), num_samples=20, warmup_steps=100,
+                disable_progbar=True, hook_fn=read_the_bar)  # fmt: skip
+    mcmc.run(x, y)
+    diagnostics = mcmc.diagnostics()
+    median = diagnostics["coordinate_step"]["chain 0"]["w"]["median"]
+    np.testing.assert_allclose(diagnostics["step_size"]["chain 0"].numpy(), median, rtol=1e-12)
+    assert shown[-1] == f"{median:.2e}"
+
+
 @pytest.mark.filterwarnings("ignore:run_chains.*not converged")  # 10 draws: only the descent
 def test_the_descent_ends_at_the_average_of_its_last_fifth(monkeypatch):
     """Every chain leaves the descent at the average of its positions over the descent's last

@@ -975,9 +975,6 @@ class AdaptiveControl(StepControl):
         tiny = torch.finfo(after.dtype).tiny
         return (before / after.clamp_min(tiny)).amax(1, keepdim=True)
 
-    def reported_step_size(self, t: int, num_chains: int):
-        return self.step_size(t).detach().reshape(-1).double().cpu().numpy()
-
     # ------------------------------------------------------------------ checkpoints
     _STATE = ("rate", "step", "window_start", "square", "count", "boost", "trend", "fisher",
               "gain_cap", "curvature", "curvature_sum", "noise_sum", "probes", "frozen",

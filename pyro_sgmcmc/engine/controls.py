@@ -28,7 +28,35 @@ from ..dynamics.sgd import optimal_constant_rates
 from ..inference.schedules import StepSchedule
 from .view import EngineView
 
-__all__ = ["MandtRateControl", "ScheduleControl", "StepControl"]
+__all__ = ["MandtRateControl", "ScheduleControl", "StepControl", "coordinate_steps", "median_steps"]
+
+
+def coordinate_steps(engine: EngineView) -> torch.Tensor:
+    """``(C, D)``: the step :math:`h P_i` of every coordinate at the engine's last step."""
+    step = engine.control.step_size(max(engine.t - 1, 0))
+    unit = engine.control.unit_step(engine)
+    position = engine.position
+    step = torch.as_tensor(step, dtype=position.dtype, device=position.device)
+    if unit is None:
+        return (
+            step.reshape(-1, 1).expand(position.shape)
+            if step.dim()
+            else step.expand(position.shape)
+        )
+    return step * unit
+
+
+def median_steps(engine: EngineView) -> np.ndarray:
+    r"""``(C,)``: each chain's median over its coordinates of the step :math:`h P_i` at the
+    engine's last step (the lower median for an even number of coordinates).
+
+    What a chain moves by, where :math:`h` alone is a step per unit of preconditioner: the
+    ``step_size`` statistic of every draw and the progress bar's step size. A hand-given step
+    without a preconditioner is reported as given."""
+    # contiguous: torch's median along a dimension reads garbage from an expanded tensor (a
+    # hand-given step is one value expanded over the coordinates; seen with torch 2.13)
+    steps = coordinate_steps(engine).detach().contiguous()
+    return steps.median(dim=1).values.double().cpu().numpy()
 
 
 class StepControl:
@@ -94,13 +122,6 @@ class StepControl:
         those of the last quarter of warm-up, over which the thinning was measured (``None``:
         the same settings)."""
         return None
-
-    def reported_step_size(self, t: int, num_chains: int) -> np.ndarray:
-        """The step size of each chain at step ``t``, for the per-draw statistics."""
-        value = self.step_size(t)
-        if isinstance(value, torch.Tensor):
-            return value.detach().reshape(-1).double().cpu().numpy()
-        return np.full(num_chains, float(value))
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -181,13 +202,6 @@ class MandtRateControl(StepControl):
         if self.rates is None:
             return self.warmup.preconditioner
         return {"z": self.rates} if self.diagonal else None
-
-    def reported_step_size(self, t: int, num_chains: int) -> np.ndarray:
-        if self.rates is None:
-            return self.warmup.reported_step_size(t, num_chains)
-        if self.diagonal:
-            return np.full(num_chains, np.nan)
-        return super().reported_step_size(t, num_chains)
 
     def updates_gibbs(self, t: int) -> bool:
         return self.rates is not None or self.warmup.updates_gibbs(t)

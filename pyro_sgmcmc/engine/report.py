@@ -9,8 +9,9 @@ r"""What the warm-up chose for each chain, as the kernels' ``diagnostics()`` and
   lengthened to measure that time (:meth:`~pyro_sgmcmc.engine.thinning.ThinningMeter.wants_longer`;
   ``None`` when the thinning was given);
 * ``coordinate_step``: per site, the smallest, median and largest step :math:`e_i = h P_i` of its
-  coordinates, the step that multiplies the full-data gradient of each coordinate (the
-  ``step_size`` statistic is :math:`h` alone).
+  coordinates, the step that multiplies the full-data gradient of each coordinate (each kept
+  draw's ``step_size`` statistic, and the progress bar's step size, is the median over all the
+  chain's coordinates: :func:`~pyro_sgmcmc.engine.controls.median_steps`).
 
 :func:`warmup_advice` adds to the warning of an unconverged run the warm-up its measurement of
 the autocorrelation time asks for.
@@ -22,27 +23,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
+from .controls import coordinate_steps
 from .thinning import ThinningMeter
 from .view import EngineView
 
-__all__ = ["coordinate_steps", "sampling_report", "warmup_advice"]
-
-
-def coordinate_steps(engine: EngineView) -> torch.Tensor:
-    """``(C, D)``: the step :math:`h P_i` of every coordinate at the engine's last step."""
-    step = engine.control.step_size(max(engine.t - 1, 0))
-    unit = engine.control.unit_step(engine)
-    position = engine.position
-    step = torch.as_tensor(step, dtype=position.dtype, device=position.device)
-    if unit is None:
-        return (
-            step.reshape(-1, 1).expand(position.shape)
-            if step.dim()
-            else step.expand(position.shape)
-        )
-    return step * unit
+__all__ = ["sampling_report", "warmup_advice"]
 
 
 def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:

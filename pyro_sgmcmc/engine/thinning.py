@@ -53,6 +53,7 @@ import numpy as np
 import torch
 from pyro.ops.stats import effective_sample_size
 
+from .controls import median_steps
 from .view import EngineView
 
 __all__ = [
@@ -289,7 +290,7 @@ class DrawCadence:
             if self.since[c] < k or not sampling:
                 continue
             if step_size is None:
-                step_size = engine.control.reported_step_size(engine.t - 1, engine.num_chains)
+                step_size = median_steps(engine)
             kept = {
                 "flat": engine.position[c],
                 "fixed": {name: value[c] for name, value in engine.fixed.items()},

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
 from .divergence import DivergenceMonitor
@@ -34,9 +33,6 @@ class ControlView(Protocol):
 
     def posterior_scale(self) -> torch.Tensor | None:
         """Per-coordinate posterior scale measured in warm-up, or ``None``."""
-
-    def reported_step_size(self, t: int, num_chains: int) -> np.ndarray:
-        """Step size of step ``t`` as the draws' statistics record it, one per chain."""
 
 
 class EngineView(Protocol):

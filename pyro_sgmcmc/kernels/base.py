@@ -33,9 +33,10 @@ from ..analysis.function_space import (
 )
 from ..dynamics.registry import get_algorithm
 from ..engine.build import PreparedChains, model_transforms, prepare_chains
+from ..engine.controls import median_steps
 from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
-from ..engine.report import coordinate_steps, sampling_report, warmup_advice
+from ..engine.report import sampling_report, warmup_advice
 from ..engine.settings import SamplerSettings
 from ..engine.thinning import ThinningMeter
 from ..errors import CheckpointError, SamplerDivergedError
@@ -371,7 +372,7 @@ class StochasticGradientKernel(MCMCKernel):
         if self._chains is not None and self._chains.engine.value is not None:
             engine = self._chains.engine
             # the median step of a coordinate, h P_i: what the chain moves by
-            step = float(coordinate_steps(engine)[0].median())
+            step = float(median_steps(engine)[0])
             potential = float(engine.value[0])
         divergent = 0 if self._chains is None else self._chains.engine.monitor.total
         fields = [("step size", f"{step:.2e}"), ("U", f"{potential:.4g}"), ("div", divergent)]
