@@ -169,6 +169,31 @@ def test_each_draws_step_size_is_the_median_step_its_coordinates_take(kernel):
     assert shown[-1] == f"{median:.2e}"
 
 
+@pytest.mark.filterwarnings("ignore:.*not converged")  # a short run: only the report counts
+@pytest.mark.parametrize(
+    ("kernel", "dimension", "options", "kind"),
+    [
+        (PSGLD, 3, {}, "dense"),  # the warm-up's dense metric replaces pSGLD's RMSprop
+        (PSGLD, 120, {}, "rmsprop"),  # above 100 coordinates: no dense metric
+        (SGHMC, 120, {}, "diagonal"),
+        (PSGLD, 3, {"step_size": 1e-4}, "rmsprop"),
+        (SGLD, 3, {"step_size": 1e-4}, "identity"),
+    ],
+)
+def test_the_run_names_the_preconditioner_it_used(kernel, dimension, options, kind):
+    x, y = regression_data(n=400, d=dimension)
+    sampler = kernel(ConjugateLinearRegression(), batch_size=50, seed=0, **options)
+    mcmc = MCMC(sampler, num_samples=10, warmup_steps=50, disable_progbar=True)
+    mcmc.run(x, y)
+    assert mcmc.diagnostics()["preconditioner"]["chain 0"] == kind
+    shown = repr(sampler)  # after the run: what its (last) chain used
+    assert f"{kind} preconditioner" in shown, shown
+    assert "median coordinate step" in shown
+    if not options:
+        thinning = mcmc.diagnostics()["num_steps_per_sample"]["chain 0"]
+        assert f"num_steps_per_sample=auto (chose {thinning})" in shown, shown
+
+
 @pytest.mark.filterwarnings("ignore:run_chains.*not converged")  # 10 draws: only the descent
 def test_the_descent_ends_at_the_average_of_its_last_fifth(monkeypatch):
     """Every chain leaves the descent at the average of its positions over the descent's last

@@ -11,7 +11,9 @@ r"""What the warm-up chose for each chain, as the kernels' ``diagnostics()`` and
 * ``coordinate_step``: per site, the smallest, median and largest step :math:`e_i = h P_i` of its
   coordinates, the step that multiplies the full-data gradient of each coordinate (each kept
   draw's ``step_size`` statistic, and the progress bar's step size, is the median over all the
-  chain's coordinates: :func:`~pyro_sgmcmc.engine.controls.median_steps`).
+  chain's coordinates: :func:`~pyro_sgmcmc.engine.controls.median_steps`);
+* ``preconditioner``: what scales the coordinates (:func:`preconditioner_kind`), e.g. ``"dense"``
+  where the warm-up's dense metric replaced pSGLD's RMSprop on a small model.
 
 :func:`warmup_advice` adds to the warning of an unconverged run the warm-up its measurement of
 the autocorrelation time asks for.
@@ -23,11 +25,12 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..dynamics.metric import DenseMetric
 from .controls import coordinate_steps
 from .thinning import ThinningMeter
 from .view import EngineView
 
-__all__ = ["sampling_report", "warmup_advice"]
+__all__ = ["preconditioner_kind", "sampling_report", "warmup_advice"]
 
 
 def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
@@ -57,7 +60,21 @@ def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
         "autocorrelation_time": math.nan if times is None else float(times[chain]),
         "warmup_gradient_steps": None if meter is None else int(meter.end),
         "coordinate_step": per_site,
+        "preconditioner": preconditioner_kind(engine),
     }
+
+
+def preconditioner_kind(engine: EngineView) -> str:
+    """What scales the chains' coordinates: ``"dense"`` (the warm-up's dense metric: on models
+    of up to 100 coordinates it replaces pSGLD's RMSprop too), ``"rmsprop"`` (pSGLD's own
+    running diagonal), ``"diagonal"`` (a diagonal the warm-up measured, or constant SGD's
+    per-coordinate rates) or ``"identity"`` (a hand-given step)."""
+    preconditioner = engine.control.preconditioner
+    if preconditioner is not None and isinstance(preconditioner["z"], DenseMetric):
+        return "dense"
+    if getattr(engine.state, "square_average", None) is not None:
+        return "rmsprop"
+    return "identity" if preconditioner is None else "diagonal"
 
 
 def warmup_advice(meters: Sequence[ThinningMeter | None]) -> str:

@@ -139,6 +139,7 @@ class StochasticGradientKernel(MCMCKernel):
         self.chain_seed: int | None = None
         self._setup_seconds = 0.0
         self._sampling_seconds = 0.0  # the chain's sample() calls: warm-up and kept draws
+        self._last_choice: dict[str, Any] = getattr(self, "_last_choice", {})
 
     def _chain_index(self, worker_chain: int | None, position: tuple[int, int] | None) -> int:
         """The index of the chain being set up: in a worker process of a parallel run, the index
@@ -474,24 +475,39 @@ class StochasticGradientKernel(MCMCKernel):
             return {}
         return sampling_report(self._chains.engine, 0)
 
+    def _choice(self) -> dict[str, Any]:
+        """The current chain's report (:meth:`_chains_report`) and its median coordinate step."""
+        return {**self._chains_report(), "median_step": float(median_steps(self._chains.engine)[0])}
+
     def cleanup(self) -> None:
         """Forget the chain's state so that the next chain starts fresh."""
         if self._chains is None and self._user_initial_params is None:
             return
         transforms = self.transforms
+        if self._chains is not None and self._chains.engine.value is not None:
+            self._last_choice = self._choice()  # for repr after the run
         self._user_initial_params = None
         self._reset_chain()
         self.transforms = transforms
 
     def __repr__(self) -> str:
+        """The settings, and what the warm-up chose for the current chain (or, after a run, its
+        last chain): the median coordinate step, the preconditioner and the thinning."""
         settings = self.settings
         step = (
             "adaptive" if settings.adaptive else repr(settings.step_size or settings.learning_rate)
         )
+        live = self._chains is not None and self._chains.engine.value is not None
+        chosen = self._choice() if live else self._last_choice
+        if chosen:
+            step += (
+                f" (median coordinate step {chosen['median_step']:.3g}, "
+                f"{chosen['preconditioner']} preconditioner)"
+            )
         thinning = settings.num_steps_per_sample
-        chosen = None if self._chains is None else self._chains.engine.thinning
         if thinning is None:
-            thinning = "auto" if chosen is None else f"auto (chose {chosen[0]})"
+            picked = chosen.get("num_steps_per_sample") if chosen else None
+            thinning = "auto" if picked is None else f"auto (chose {picked})"
         return (
             f"{type(self).__name__}(step={step}, batch_size={settings.batch_size}, "
             f"num_steps_per_sample={thinning}, "
