@@ -38,6 +38,7 @@ from pyro_sgmcmc import (
     run_chains,
     to_inference_data,
 )
+from pyro_sgmcmc.analysis._arviz import has_group
 from pyro_sgmcmc.analysis.diagnostics import (
     ESS_PER_CHAIN,
     FUNCTION_RHAT_BOUND,
@@ -856,12 +857,18 @@ def test_a_network_given_a_test_set_is_judged_where_convergence_report_judges_it
     at_training_rows, at_test_rows = run(), run(test=(x_test,))
     assert torch.equal(at_training_rows.samples["layers.0.weight"],
                        at_test_rows.samples["layers.0.weight"])  # fmt: skip
-    report = convergence_report(to_inference_data(at_test_rows, test=(x_test,))).verdict
     verdict = at_test_rows.verdict
-    assert verdict.basis == report.basis == "f(x)"
-    assert (verdict.converged, verdict.statistic) == (report.converged, report.statistic)
-    assert verdict.value == pytest.approx(report.value, rel=1e-6)
+    exports = {
+        "given the test set": to_inference_data(at_test_rows, test=(x_test,)),
+        "by default": at_test_rows.to_inference_data(),  # the run's test set
+    }
+    for how, idata in exports.items():
+        report = convergence_report(idata).verdict
+        assert verdict.basis == report.basis == "f(x)", how
+        assert (verdict.converged, verdict.statistic) == (report.converged, report.statistic), how
+        assert verdict.value == pytest.approx(report.value, rel=1e-6), how
     assert verdict.value != at_training_rows.verdict.value  # other outputs, another number
+    assert not has_group(at_training_rows.to_inference_data(), "predictions")
 
 
 def test_test_outputs_are_evaluated_once_per_draw_and_leave_the_generator_alone():

@@ -184,7 +184,8 @@ def to_inference_data(
         Positional (and keyword) model arguments of a test set, e.g. ``(x_test, y_test)`` or
         ``(x_test,)``: fills ``predictions`` and ``predictions_constant_data``. Each tensor must
         have the training tensor's dimensions but the rows, finite values, and observed values
-        in the support of their distribution.
+        in the support of their distribution. A ``run_chains`` result given a test set
+        defaults to it (the run judged a network there).
     num_draws:
         Draws per SVI fit, an integer >= 1 (ignored for MCMC).
     hmc_stats:

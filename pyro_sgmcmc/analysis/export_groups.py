@@ -103,6 +103,8 @@ def build_groups(
         run = _svi_source(source, num_draws, seed, args, kwargs)
     elif _is_chains_source(source):
         run = _chains_source(source, args, kwargs)
+        if test is None and test_kwargs is None and getattr(source, "test_set", None):
+            test, test_kwargs = source.test_set  # where run_chains judged the run
     else:
         raise TypeError(
             "source must be a pyro.infer.MCMC run, a pyro_sgmcmc.SVIResult or a chains "

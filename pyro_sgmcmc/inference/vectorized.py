@@ -127,7 +127,12 @@ class VectorizedResult:
         :func:`~pyro_sgmcmc.analysis.diagnostics.convergence_report` requires it too.
     chain_reports:
         Per chain, what the warm-up chose (:func:`~pyro_sgmcmc.engine.report.sampling_report`:
-        thinning, autocorrelation time, control variate, per-site steps).
+        thinning, autocorrelation time, control variate, per-site steps, preconditioner).
+    test_set:
+        The test set given to ``run_chains`` (positional arguments and keyword arguments), at
+        which a network was judged, or ``None``. The export stores the predictions there unless
+        it is given another ``test``, so that :func:`~pyro_sgmcmc.convergence_report` of the
+        export judges what the run judged.
     """
 
     samples: dict[str, torch.Tensor]
@@ -145,6 +150,7 @@ class VectorizedResult:
     judged_of_rows: int = 0
     target_ess: float | None = None
     chain_reports: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    test_set: tuple[tuple, dict[str, Any]] | None = field(default=None, repr=False)
     model: Any = field(default=None, repr=False)
     args: tuple = field(default=(), repr=False)
     kwargs: dict = field(default_factory=dict, repr=False)
@@ -213,7 +219,8 @@ class VectorizedResult:
         """The run as an ``arviz.InferenceData`` (ArviZ 0.x) or ``xarray.DataTree`` (ArviZ 1.x),
         through :func:`pyro_sgmcmc.to_inference_data`:
         ``posterior``, ``sample_stats``, ``log_likelihood``, predictive groups and data
-        (``*args`` and ``options`` as there; the model and training data default to the run's)."""
+        (``*args`` and ``options`` as there; the model, the training data and the test set
+        default to the run's)."""
         from ..analysis.export import to_inference_data
 
         return to_inference_data(self, None, *args, **options)
@@ -458,7 +465,7 @@ def run_chains(
     judged_rows, judged_of_rows = judged_training_rows(outputs, verdict)
     result = dataclasses.replace(
         result, judged_at=tuple(rounds.judged_at), target_ess=target_ess,
-        judged_rows=judged_rows, judged_of_rows=judged_of_rows,
+        judged_rows=judged_rows, judged_of_rows=judged_of_rows, test_set=test_set,
     )  # fmt: skip
     return gathered(result, saver) if distribute_chains else result
 
