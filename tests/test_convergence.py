@@ -23,8 +23,10 @@ import torch
 from pyro.infer import MCMC
 from pyro.nn import PyroModule, PyroSample
 from stats_helpers import (
+    ConjugateLinearRegression,
     assert_mean_close,
     effective_sample_size,
+    regression_data,
 )
 from torch import nn
 
@@ -42,6 +44,8 @@ from pyro_sgmcmc.analysis._arviz import has_group
 from pyro_sgmcmc.analysis.diagnostics import (
     ESS_PER_CHAIN,
     FUNCTION_RHAT_BOUND,
+    HOT_BOUND,
+    ONE_CHAIN,
     RHAT_BOUND,
     Verdict,
     advice,
@@ -120,10 +124,48 @@ def test_judge_names_the_statistic_furthest_from_its_bound():
     assert judge(1.03, 900.0, 900.0, 4, function_space=True).converged
     assert "R-hat of f(x) 1.080 > 1.05" in str(judge(1.08, 900.0, 900.0, 4, function_space=True))
     assert FUNCTION_RHAT_BOUND > RHAT_BOUND
-    # one chain: no R-hat, the ESS alone; a total ESS asked for counts when it is larger
+    # one chain: no R-hat, the ESS alone (and the verdict says so); a total ESS asked for
+    # counts when it is larger
     assert judge(math.nan, 150.0, 150.0, 1).converged
+    assert str(judge(math.nan, 150.0, 150.0, 1)) == f"converged ({ONE_CHAIN})"
+    assert str(judge(1.001, 900.0, 900.0, 2)) == "converged"
     assert not judge(math.nan, 150.0, 150.0, 1, min_ess=400).converged
     assert "too few to judge" in str(judge(math.nan, math.nan, math.nan, 2, num_draws=3))
+
+
+def test_chains_that_sample_too_hot_have_not_converged_and_the_verdict_says_why_first():
+    """A hand-given step too large for SGHMC: the chains sample at 25-40 times the posterior's
+    temperature, their draws far wider than the posterior's; whatever R-hat and ESS say, the
+    verdict names the temperature first, and a longer run is not the advice."""
+    x, y = regression_data(n=1000, d=3)
+    model = ConjugateLinearRegression(prior_scale=10.0)
+    kernel = SGHMC(model, batch_size=50, step_size=4e-5, seed=0)
+    with pytest.warns(SamplerWarning, match="configurational temperature"):
+        result = run_chains(kernel, x, y, num_chains=2, num_samples=300, warmup_steps=100,
+                            target_ess=None)  # fmt: skip
+    verdict = result.verdict
+    assert not verdict.converged and verdict.statistic == "temperature", str(verdict)
+    assert verdict.value > HOT_BOUND and verdict.chains == (0, 1)
+    assert str(verdict).startswith("not converged: configurational temperature")
+    assert "not a longer run" in str(verdict) and "times longer" not in str(verdict)
+    temperatures = [r["configurational_temperature"] for r in result.chain_reports]
+    assert verdict.value == max(temperatures) and all(r["too_hot"] for r in result.chain_reports)
+    # the export records it, and its report says the same
+    report = convergence_report(result.to_inference_data())
+    assert str(report.verdict) == str(verdict)
+    # MCMC's export too, from the kernel's per-chain diagnostics
+    mcmc = MCMC(SGHMC(model, batch_size=50, step_size=4e-5, seed=0), num_samples=300,
+                warmup_steps=100, num_chains=2, disable_progbar=True)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplerWarning)
+        mcmc.run(x, y)
+    report = convergence_report(to_inference_data(mcmc))
+    assert report.verdict.statistic == "temperature" and not report.converged
+    # and an adaptive step keeps the chains at the posterior's temperature
+    adaptive = run_chains(SGHMC(model, batch_size=50, seed=0), x, y, num_chains=2,
+                          num_samples=300, warmup_steps=100)  # fmt: skip
+    assert adaptive.verdict.converged, str(adaptive.verdict)
+    assert not any(r["too_hot"] for r in adaptive.chain_reports)
 
 
 def test_the_verdict_names_every_statistic_outside_its_bound_and_no_rounding_hides_one():

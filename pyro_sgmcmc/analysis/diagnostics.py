@@ -21,7 +21,15 @@ Vehtari et al. (2021):
 
 "Run about k times longer" extrapolates: ESS grows in proportion to the number of draws, and
 :math:`\hat R - 1` falls about in inverse proportion to it. With one chain :math:`\hat R`
-cannot be computed and only the ESS is judged.
+cannot be computed and only the ESS is judged: a converged verdict says so
+(``converged (on ESS alone: ...)``), since one chain cannot show a mode it never left.
+
+R-hat and ESS judge mixing, not the distribution the chains mix in. The chains' configurational
+temperature (:mod:`pyro_sgmcmc.engine.virial`) checks that: a run with a chain too hot (above
+:data:`HOT_BOUND` times its target by four standard errors, as for its ``SamplerWarning``) is
+``not converged: configurational temperature ...`` whatever the other statistics say
+(:func:`with_hot_chains`; the export records the chains, so that :func:`convergence_report`
+agrees), and the remedy is a smaller step, not a longer run.
 
 For SVI the "chains" are independent fits, each with independent draws from its guide:
 :math:`\hat R` then measures the agreement between fits, and the ESS is close to the number of
@@ -50,17 +58,22 @@ __all__ = [
     "APART",
     "ESS_PER_CHAIN",
     "FUNCTION_RHAT_BOUND",
+    "HOT_BOUND",
+    "ONE_CHAIN",
     "RHAT_BOUND",
     "ConvergenceReport",
     "Verdict",
     "advice",
     "convergence_report",
     "format_reports",
+    "hot_chains",
     "judge",
     "network_advice",
     "reports_table",
     "rhat_text",
     "stuck_advice",
+    "temperature_attrs",
+    "with_hot_chains",
     "worst_statistics",
 ]
 
@@ -105,6 +118,10 @@ class Verdict:
         The other statistics outside their bounds, as ``(statistic, value, bound)``, the one
         furthest from its bound first: the text names them all, so that an ESS that binds does
         not hide an :math:`\hat R` that says the chains disagree.
+    chains:
+        For ``"temperature"`` (:func:`with_hot_chains`), the chains that sample too hot.
+    caveat:
+        What a ``converged`` verdict did not check: with one chain, :math:`\hat R`.
     """
 
     converged: bool
@@ -114,14 +131,18 @@ class Verdict:
     longer: float
     basis: str = "parameters"
     others: tuple[tuple[str, float, float], ...] = ()
+    chains: tuple[int, ...] = ()
+    caveat: str = ""
 
     def __str__(self) -> str:
         if self.converged:
-            return "converged"
+            return f"converged ({self.caveat})" if self.caveat else "converged"
         if self.statistic is None:
             return "not converged: no finite diagnostics"
         if self.statistic == "fitted":
             return "fitted (independent draws of a fitted guide: R-hat and ESS do not judge it)"
+        if self.statistic == "temperature":
+            return _too_hot_text(self)
         if self.statistic == "draws":
             return (
                 f"not converged: {self.value:.0f} draws per chain are too few to judge (at least "
@@ -133,6 +154,42 @@ class Verdict:
         if not math.isfinite(self.longer):  # chains constant (or all but), apart
             return f"not converged: {named}; the chains do not move, a longer run will not help"
         return f"not converged: {named}; run about {math.ceil(self.longer)} times longer"
+
+
+#: A chain whose configurational temperature exceeds this many times its target (by four
+#: standard errors, :meth:`~pyro_sgmcmc.engine.virial.VirialMeter.too_hot`) samples too hot.
+HOT_BOUND = 1.5
+
+#: The caveat of a converged verdict on one chain.
+ONE_CHAIN = "on ESS alone: R-hat needs 2 or more chains to show that they agree"
+
+
+def with_hot_chains(verdict: Verdict, temperatures: Mapping[int, float]) -> Verdict:
+    r"""``verdict``, or where some chains sample too hot (``temperatures``: chain to its
+    configurational temperature over the target's, for those chains), ``not converged`` for
+    that: their draws spread wider than the posterior, which neither :math:`\hat R` nor ESS
+    can see, and which a longer run does not mend. The statistics that failed too are kept
+    in ``others``."""
+    if not temperatures:
+        return verdict
+    failed = () if verdict.converged or verdict.statistic is None else (
+        (verdict.statistic, verdict.value, verdict.bound), *verdict.others
+    )  # fmt: skip
+    return Verdict(False, "temperature", max(temperatures.values()), HOT_BOUND, math.inf,
+                   verdict.basis, tuple(failed), tuple(sorted(temperatures)))  # fmt: skip
+
+
+def _too_hot_text(verdict: Verdict) -> str:
+    chains = ", ".join(str(c) for c in verdict.chains)
+    where = "" if verdict.basis == "parameters" else f" of {verdict.basis}"
+    also = "".join(f", {_failure_text(*failure, where)}" for failure in verdict.others
+                   if failure[0] in ("R-hat", "bulk ESS", "tail ESS"))  # fmt: skip
+    return (
+        f"not converged: configurational temperature {verdict.value:.2f} > {verdict.bound:g} "
+        f"times the target in chain{'s' if len(verdict.chains) > 1 else ''} {chains}{also}; "
+        "the draws spread wider than the posterior: a smaller step size (a hand-given "
+        "step_size: leave it out for the adaptive warm-up), not a longer run"
+    )
 
 
 def _failure_text(statistic: str, value: float, bound: float, where: str) -> str:
@@ -195,7 +252,8 @@ def judge(
         needs.append((factor if not math.isnan(value) else math.inf, name, value, ess_bound))
     failing = sorted((need for need in needs if need[0] > 1.0), key=lambda need: -need[0])
     if not failing:
-        return Verdict(True, None, math.nan, math.nan, 1.0, basis)
+        caveat = ONE_CHAIN if num_chains == 1 else ""
+        return Verdict(True, None, math.nan, math.nan, 1.0, basis, caveat=caveat)
     (longer, statistic, value, bound), *others = failing
     return Verdict(False, statistic, value, bound, longer, basis, tuple(o[1:] for o in others))
 
@@ -430,6 +488,7 @@ def convergence_report(
     )  # fmt: skip
     if not function_space and group != "posterior":  # name what was judged
         verdict = replace(verdict, basis=group)
+    verdict = with_hot_chains(verdict, hot_chains(attrs))
     if "svi_estimator" in attrs:  # an SVI export (pyro_sgmcmc.analysis.export)
         # draws of a variational guide are independent by construction: no chain to judge
         verdict = Verdict(False, "fitted", math.nan, math.nan, 1.0, verdict.basis)
@@ -445,6 +504,27 @@ def convergence_report(
         divergences=divergences,
         verdict=verdict,
     )
+
+
+def temperature_attrs(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The export's attributes ``configurational_temperature`` (per chain, over the target's)
+    and ``too_hot_chains`` from the chains' reports
+    (:func:`~pyro_sgmcmc.engine.report.sampling_report`); none where nothing was measured."""
+    temperatures = [float(r.get("configurational_temperature", math.nan)) for r in reports]
+    if not any(math.isfinite(t) for t in temperatures):
+        return {}
+    attrs: dict[str, Any] = {"configurational_temperature": temperatures}
+    hot = [c for c, report in enumerate(reports) if report.get("too_hot")]
+    if hot:
+        attrs["too_hot_chains"] = hot
+    return attrs
+
+
+def hot_chains(attrs: Mapping[str, Any]) -> dict[int, float]:
+    """The chains an export records as too hot (attributes ``too_hot_chains`` and
+    ``configurational_temperature``), each with its temperature over the target's."""
+    temperatures = attrs.get("configurational_temperature")
+    return {int(c): float(temperatures[int(c)]) for c in attrs.get("too_hot_chains", ())}
 
 
 def _default_selection(

@@ -24,6 +24,7 @@ from pyro.infer.mcmc import HMC
 
 from ..kernels.base import StochasticGradientKernel
 from ..variational.svi import SVIResult
+from .diagnostics import temperature_attrs
 from .export_hmc_stats import HMCStatsCollector
 from .export_xarray import _dataset, _numpy
 from .fitted_data import check_fitted_data
@@ -202,6 +203,13 @@ def _add_sgmcmc_stats(
     stats["lp"] = -np.stack([_numpy(v) for v in per_chain("potential_energy")])
     attrs["num_gradient_steps"] = int(sum(per_chain("num_steps")))
     attrs["warmup_divergences"] = int(sum(per_chain("warmup_divergences")))
+    if "configurational_temperature" in diagnostics:  # the chains' reports
+        temperatures, hot = per_chain("configurational_temperature"), per_chain("too_hot")
+        reports = [
+            {"configurational_temperature": t, "too_hot": h}
+            for t, h in zip(temperatures, hot, strict=True)
+        ]
+        attrs.update(temperature_attrs(reports))
 
 
 def _per_draw_diagnostics(

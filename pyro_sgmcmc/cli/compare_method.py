@@ -258,7 +258,9 @@ def _predict_and_diagnose(
         result.status = "converged" if verdict.converged else "not converged"
     notes = (
         result.message,
-        "" if verdict.converged or method == "svi" else str(verdict) + advice(method, verdict),
+        ""
+        if (verdict.converged and not verdict.caveat) or method == "svi"
+        else str(verdict) + advice(method, verdict),
         _divergence_note(idata, method),
     )
     result.message = "; ".join(note for note in notes if note)

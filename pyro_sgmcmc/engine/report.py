@@ -13,7 +13,11 @@ r"""What the warm-up chose for each chain, as the kernels' ``diagnostics()`` and
   draw's ``step_size`` statistic, and the progress bar's step size, is the median over all the
   chain's coordinates: :func:`~pyro_sgmcmc.engine.controls.median_steps`);
 * ``preconditioner``: what scales the coordinates (:func:`preconditioner_kind`), e.g. ``"dense"``
-  where the warm-up's dense metric replaced pSGLD's RMSprop on a small model.
+  where the warm-up's dense metric replaced pSGLD's RMSprop on a small model;
+* ``configurational_temperature`` and ``too_hot``: the temperature the chain samples at over
+  its target (:class:`~pyro_sgmcmc.engine.virial.VirialMeter`; ``nan`` where not measured) and
+  whether it is too hot, which makes the run's verdict ``not converged``
+  (:func:`~pyro_sgmcmc.analysis.diagnostics.with_hot_chains`).
 
 :func:`warmup_advice` adds to the warning of an unconverged run the warm-up its measurement of
 the autocorrelation time asks for.
@@ -61,7 +65,20 @@ def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
         "warmup_gradient_steps": None if meter is None else int(meter.end),
         "coordinate_step": per_site,
         "preconditioner": preconditioner_kind(engine),
+        **_temperature_check(engine, chain),
     }
+
+
+def _temperature_check(engine: EngineView, chain: int) -> dict[str, Any]:
+    """The chain's configurational temperature over its target over the sampling phase so far
+    (``nan`` before it has been measured, and for constant SGD, which has no temperature),
+    and whether it is too hot (:meth:`~pyro_sgmcmc.engine.virial.VirialMeter.too_hot`)."""
+    found = engine.virial.estimate() if engine.algorithm.uses_temperature else None
+    hot = None if found is None else engine.virial.too_hot(engine.temperature)
+    if hot is None or not engine.temperature > 0:
+        return {"configurational_temperature": math.nan, "too_hot": False}
+    ratio = float(found[0][chain]) / engine.temperature
+    return {"configurational_temperature": ratio, "too_hot": bool(hot[chain])}
 
 
 def preconditioner_kind(engine: EngineView) -> str:

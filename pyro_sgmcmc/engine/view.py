@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import torch
 
+from ..dynamics.registry import Algorithm
 from .divergence import DivergenceMonitor
 from .estimators import MinibatchGradient
 from .layout import FlatLayout
@@ -53,6 +54,8 @@ class EngineView(Protocol):
         The update rule's options, the flat layout of the moving sites, the gradient
         estimator, the minibatch stream, the divergence monitor, the virial meter and the
         step control.
+    algorithm, temperature:
+        The update rule and the temperature :math:`T` of the target it samples.
     """
 
     t: int
@@ -72,6 +75,8 @@ class EngineView(Protocol):
     monitor: DivergenceMonitor
     virial: VirialMeter
     control: ControlView
+    algorithm: Algorithm
+    temperature: float
 
     @property
     def num_chains(self) -> int:

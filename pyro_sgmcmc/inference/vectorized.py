@@ -47,7 +47,13 @@ from .._validation import (
     check_options_not_model_parameters,
     check_positive_int,
 )
-from ..analysis.diagnostics import Verdict, advice
+from ..analysis.diagnostics import (
+    Verdict,
+    advice,
+    hot_chains,
+    temperature_attrs,
+    with_hot_chains,
+)
 from ..analysis.export_checks import checked_test_set
 from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, judged_training_rows
 from ..engine.build import PreparedChains, prepare_chains
@@ -188,6 +194,7 @@ class VectorizedResult:
         if self.judged_rows:
             attrs["judged_rows"] = list(self.judged_rows)
             attrs["judged_of_rows"] = self.judged_of_rows
+        attrs.update(temperature_attrs(self.chain_reports))
         return attrs
 
     def get_samples(self, group_by_chain: bool = False) -> dict[str, torch.Tensor]:
@@ -467,7 +474,19 @@ def run_chains(
         result, judged_at=tuple(rounds.judged_at), target_ess=target_ess,
         judged_rows=judged_rows, judged_of_rows=judged_of_rows, test_set=test_set,
     )  # fmt: skip
-    return gathered(result, saver) if distribute_chains else result
+    return _finished(result, saver if distribute_chains else None)
+
+
+def _finished(result: VectorizedResult, saver: _Saver | None) -> VectorizedResult:
+    """``result`` with every rank's chains (``saver`` of a run across processes), its verdict
+    ``not converged`` where chains sample too hot, whatever R-hat and ESS say
+    (:func:`~pyro_sgmcmc.analysis.diagnostics.with_hot_chains`)."""
+    if saver is not None:
+        result = gathered(result, saver)
+    hot = hot_chains(temperature_attrs(result.chain_reports))
+    if not hot or result.verdict is None:
+        return result
+    return dataclasses.replace(result, verdict=with_hot_chains(result.verdict, hot))
 
 
 def _draw_rounds(rounds, chains, recorder, callback, saver, data) -> Verdict:
