@@ -50,10 +50,12 @@ from pyro_sgmcmc.analysis.diagnostics import (
     Verdict,
     advice,
     convergence_report,
+    hot_chains,
     judge,
     network_advice,
     rhat_text,
     stuck_advice,
+    with_hot_chains,
 )
 from pyro_sgmcmc.analysis.function_space import HeldOutOutputDraws, run_verdict
 from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
@@ -133,7 +135,7 @@ def test_judge_names_the_statistic_furthest_from_its_bound():
     assert "too few to judge" in str(judge(math.nan, math.nan, math.nan, 2, num_draws=3))
 
 
-def test_chains_that_sample_too_hot_have_not_converged_and_the_verdict_says_why_first():
+def test_chains_that_sample_too_hot_have_not_converged_and_the_verdict_says_why_first(tmp_path):
     """A hand-given step too large for SGHMC: the chains sample at 25-40 times the posterior's
     temperature, their draws far wider than the posterior's; whatever R-hat and ESS say, the
     verdict names the temperature first, and a longer run is not the advice."""
@@ -150,22 +152,43 @@ def test_chains_that_sample_too_hot_have_not_converged_and_the_verdict_says_why_
     assert "not a longer run" in str(verdict) and "times longer" not in str(verdict)
     temperatures = [r["configurational_temperature"] for r in result.chain_reports]
     assert verdict.value == max(temperatures) and all(r["too_hot"] for r in result.chain_reports)
-    # the export records it, and its report says the same
-    report = convergence_report(result.to_inference_data())
-    assert str(report.verdict) == str(verdict)
+    # the export records it, and its report says the same, from the file too
+    idata = result.to_inference_data()
+    assert str(convergence_report(idata).verdict) == str(verdict)
+    _arviz.to_netcdf(idata, tmp_path / "hot.nc")
+    assert str(convergence_report(_arviz.load_netcdf(tmp_path / "hot.nc")).verdict) == str(verdict)
     # MCMC's export too, from the kernel's per-chain diagnostics
     mcmc = MCMC(SGHMC(model, batch_size=50, step_size=4e-5, seed=0), num_samples=300,
                 warmup_steps=100, num_chains=2, disable_progbar=True)  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SamplerWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SamplerWarning)
         mcmc.run(x, y)
     report = convergence_report(to_inference_data(mcmc))
     assert report.verdict.statistic == "temperature" and not report.converged
+    # the warning at the end of its last chain (chains in turn share the kernel) too
+    ending = f"MCMC with SGHMC: 2 chains x 300 draws, {report.verdict}"
+    assert any(str(w.message).startswith(ending) for w in caught), [str(w.message) for w in caught]
     # and an adaptive step keeps the chains at the posterior's temperature
     adaptive = run_chains(SGHMC(model, batch_size=50, seed=0), x, y, num_chains=2,
                           num_samples=300, warmup_steps=100)  # fmt: skip
     assert adaptive.verdict.converged, str(adaptive.verdict)
     assert not any(r["too_hot"] for r in adaptive.chain_reports)
+
+
+def test_the_chains_an_export_records_too_hot_are_read_as_a_file_gives_them_back():
+    # netCDF gives a list of one back as a scalar; chains cut from the export are not named
+    one = {"too_hot_chains": np.int64(1), "configurational_temperature": np.array([1.0, 3.2])}
+    assert hot_chains(one) == {1: 3.2}
+    assert hot_chains({"too_hot_chains": 0, "configurational_temperature": 2.5}) == {0: 2.5}
+    assert hot_chains(one, num_chains=1) == {}
+    assert hot_chains({}) == {}
+    verdict = with_hot_chains(judge(1.2, 50.0, 900.0, 2), {1: 3.2})
+    assert verdict.statistic == "temperature" and verdict.chains == (1,)
+    assert str(verdict).startswith(
+        "not converged: configurational temperature 3.20 > 1.5 times the target in chain 1, "
+        "R-hat 1.200 > 1.01, bulk ESS 50 < 200;"
+    )
+    assert advice("sgld", verdict) == ""  # the remedy is the verdict's own
 
 
 def test_the_verdict_names_every_statistic_outside_its_bound_and_no_rounding_hides_one():

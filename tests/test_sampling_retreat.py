@@ -69,7 +69,7 @@ def _fake_engine(position: float, diverged: bool):
     monitor = SimpleNamespace(
         draw_diverged=torch.tensor([diverged]), start_draw=lambda: None, chain_ids=[0]
     )
-    control = SimpleNamespace(reported_step_size=lambda t, c: [0.1] * c)
+    control = SimpleNamespace(step_size=lambda t: 0.1, unit_step=lambda engine: None)
     return SimpleNamespace(
         monitor=monitor,
         position=torch.tensor([[position]]),

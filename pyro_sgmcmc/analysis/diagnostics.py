@@ -156,8 +156,9 @@ class Verdict:
         return f"not converged: {named}; run about {math.ceil(self.longer)} times longer"
 
 
-#: A chain whose configurational temperature exceeds this many times its target (by four
-#: standard errors, :meth:`~pyro_sgmcmc.engine.virial.VirialMeter.too_hot`) samples too hot.
+#: A chain whose configurational temperature exceeds this many times its target by four
+#: standard errors, or all of whose batch means exceed five times that, samples too hot
+#: (:meth:`~pyro_sgmcmc.engine.virial.VirialMeter.too_hot`, whose ``margin`` is this less 1).
 HOT_BOUND = 1.5
 
 #: The caveat of a converged verdict on one chain.
@@ -187,8 +188,8 @@ def _too_hot_text(verdict: Verdict) -> str:
     return (
         f"not converged: configurational temperature {verdict.value:.2f} > {verdict.bound:g} "
         f"times the target in chain{'s' if len(verdict.chains) > 1 else ''} {chains}{also}; "
-        "the draws spread wider than the posterior: a smaller step size (a hand-given "
-        "step_size: leave it out for the adaptive warm-up), not a longer run"
+        "the draws spread wider than the posterior: a smaller step size or a larger batch "
+        "size (a hand-given step_size: leave it out for the adaptive warm-up), not a longer run"
     )
 
 
@@ -336,7 +337,10 @@ def stuck_advice(verdict: Verdict) -> str:
 
 
 def advice(algorithm: str, verdict: Verdict) -> str:
-    """:func:`network_advice` and :func:`stuck_advice`, for the warning of an unconverged run."""
+    """:func:`network_advice` and :func:`stuck_advice`, for the warning of an unconverged run
+    (none for chains too hot: the verdict's own remedy, a smaller step, comes first)."""
+    if verdict.statistic == "temperature":
+        return ""
     return network_advice(algorithm, verdict) + stuck_advice(verdict)
 
 
@@ -488,7 +492,7 @@ def convergence_report(
     )  # fmt: skip
     if not function_space and group != "posterior":  # name what was judged
         verdict = replace(verdict, basis=group)
-    verdict = with_hot_chains(verdict, hot_chains(attrs))
+    verdict = with_hot_chains(verdict, hot_chains(attrs, int(num_chains)))
     if "svi_estimator" in attrs:  # an SVI export (pyro_sgmcmc.analysis.export)
         # draws of a variational guide are independent by construction: no chain to judge
         verdict = Verdict(False, "fitted", math.nan, math.nan, 1.0, verdict.basis)
@@ -520,11 +524,17 @@ def temperature_attrs(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return attrs
 
 
-def hot_chains(attrs: Mapping[str, Any]) -> dict[int, float]:
+def hot_chains(attrs: Mapping[str, Any], num_chains: int | None = None) -> dict[int, float]:
     """The chains an export records as too hot (attributes ``too_hot_chains`` and
-    ``configurational_temperature``), each with its temperature over the target's."""
-    temperatures = attrs.get("configurational_temperature")
-    return {int(c): float(temperatures[int(c)]) for c in attrs.get("too_hot_chains", ())}
+    ``configurational_temperature``; netCDF reads a list of one as a scalar), each with its
+    temperature over the target's; with ``num_chains``, only chains below it (an export cut to
+    fewer chains)."""
+    hot = np.atleast_1d(np.asarray(attrs.get("too_hot_chains", ()), dtype=np.int64))
+    temperatures = np.atleast_1d(
+        np.asarray(attrs.get("configurational_temperature", ()), dtype=np.float64)
+    )
+    limit = len(temperatures) if num_chains is None else min(num_chains, len(temperatures))
+    return {int(c): float(temperatures[c]) for c in hot if 0 <= c < limit}
 
 
 def _default_selection(

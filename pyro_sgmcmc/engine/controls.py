@@ -53,8 +53,12 @@ def median_steps(engine: EngineView) -> np.ndarray:
     What a chain moves by, where :math:`h` alone is a step per unit of preconditioner: the
     ``step_size`` statistic of every draw and the progress bar's step size. A hand-given step
     without a preconditioner is reported as given."""
-    # contiguous: torch's median along a dimension reads garbage from an expanded tensor (a
-    # hand-given step is one value expanded over the coordinates; seen with torch 2.13)
+    if engine.control.unit_step(engine) is None:  # every coordinate steps by h
+        step = engine.control.step_size(max(engine.t - 1, 0))
+        step = torch.as_tensor(step, dtype=torch.float64).detach().reshape(-1)
+        return step.expand(engine.position.shape[0]).cpu().numpy().copy()
+    # contiguous: torch's median along a dimension reads garbage from an expanded tensor
+    # (seen with torch 2.13)
     steps = coordinate_steps(engine).detach().contiguous()
     return steps.median(dim=1).values.double().cpu().numpy()
 

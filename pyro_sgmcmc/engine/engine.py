@@ -36,7 +36,7 @@ import torch
 
 from ..dynamics.registry import Algorithm, SettingsMemo, StepInputs, dump_state, load_state
 from ..errors import CheckpointError
-from .controls import StepControl, median_steps
+from .controls import StepControl
 from .divergence import RETREAT_EVERY, DivergenceMonitor
 from .estimators import MinibatchGradient
 from .gibbs_blocks import GibbsBlocks
@@ -400,7 +400,7 @@ class ChainEngine:
         self.drawn = None
         return DrawStats(
             potential_energy=self.value.detach().double().cpu().numpy(),
-            step_size=median_steps(self),
+            step_size=np.full(self.num_chains, np.nan),  # a warm-up draw's are not kept
             temperature=self.temperature,
             diverging=self.monitor.draw_diverged.cpu().numpy().copy(),
         )

@@ -27,6 +27,7 @@ Statistical Science 7(4), 1992 (over-dispersed starts for R-hat).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import signal
 import time
@@ -67,6 +68,7 @@ from ..engine.distributed import (
 from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
 from ..engine.report import sampling_report, warmup_advice
+from ..engine.thinning import ThinningMeter
 from ..errors import CheckpointError, DistributedRunError, SamplerDivergedError
 from ..kernels.base import StochasticGradientKernel
 from .across_ranks import distribute, gathered
@@ -465,28 +467,38 @@ def run_chains(
         verdict = _draw_rounds(rounds, chains, recorder, callback, saver, (args, kwargs))
         sampling_time = time.perf_counter() - sampling_start
         warn_all(chains.final_messages(recorder.stacked()))
-        if not verdict.converged:
-            warn_all([rounds.message(verdict) + advice(kernel.algorithm, verdict)
-                      + warmup_advice([chains.engine.thinning_meter])])  # fmt: skip
     result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs, verdict)
     judged_rows, judged_of_rows = judged_training_rows(outputs, verdict)
     result = dataclasses.replace(
         result, judged_at=tuple(rounds.judged_at), target_ess=target_ess,
         judged_rows=judged_rows, judged_of_rows=judged_of_rows, test_set=test_set,
     )  # fmt: skip
-    return _finished(result, saver if distribute_chains else None)
+    warning = functools.partial(_warning, rounds, kernel.algorithm, chains.engine.thinning_meter)
+    return _finished(result, saver if distribute_chains else None, warning)
 
 
-def _finished(result: VectorizedResult, saver: _Saver | None) -> VectorizedResult:
+def _finished(
+    result: VectorizedResult, saver: _Saver | None, warning: Callable[[Verdict], str]
+) -> VectorizedResult:
     """``result`` with every rank's chains (``saver`` of a run across processes), its verdict
     ``not converged`` where chains sample too hot, whatever R-hat and ESS say
-    (:func:`~pyro_sgmcmc.analysis.diagnostics.with_hot_chains`)."""
+    (:func:`~pyro_sgmcmc.analysis.diagnostics.with_hot_chains`); warns with ``warning`` of the
+    verdict unless it has converged."""
     if saver is not None:
         result = gathered(result, saver)
     hot = hot_chains(temperature_attrs(result.chain_reports))
-    if not hot or result.verdict is None:
-        return result
-    return dataclasses.replace(result, verdict=with_hot_chains(result.verdict, hot))
+    if hot and result.verdict is not None:
+        result = dataclasses.replace(result, verdict=with_hot_chains(result.verdict, hot))
+    if result.verdict is not None and not result.verdict.converged:
+        warn_all([warning(result.verdict)])
+    return result
+
+
+def _warning(rounds: _Rounds, algorithm: str, meter: ThinningMeter | None, verdict: Verdict) -> str:
+    """The end-of-run warning of an unconverged run: the rounds' message, and advice (for
+    chains too hot, the verdict's own: no longer warm-up)."""
+    text = rounds.message(verdict) + advice(algorithm, verdict)
+    return text if verdict.statistic == "temperature" else text + warmup_advice([meter])
 
 
 def _draw_rounds(rounds, chains, recorder, callback, saver, data) -> Verdict:

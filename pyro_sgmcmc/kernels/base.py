@@ -24,7 +24,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from torch.distributions.transforms import Transform
 
 from .._validation import as_tensor_arguments, check_positive_int
-from ..analysis.diagnostics import advice
+from ..analysis.diagnostics import advice, hot_chains, temperature_attrs, with_hot_chains
 from ..analysis.function_space import (
     OutputDraws,
     judged_training_rows,
@@ -111,6 +111,8 @@ class StochasticGradientKernel(MCMCKernel):
         self._finished_chains: list[TensorDict] = []
         # the thinning meters of those chains (None where the thinning was given)
         self._finished_meters: list[ThinningMeter | None] = []
+        # and their reports (sampling_report): chains too hot make the verdict not converged
+        self._finished_reports: list[dict[str, Any]] = []
         self._run_position: tuple[int, int] | None = None
         self._in_parallel_worker = False
         #: Set by a driver that judges its whole run itself (:class:`~pyro_sgmcmc.ResumableMCMC`,
@@ -205,7 +207,8 @@ class StochasticGradientKernel(MCMCKernel):
         self._run_position = position
         self._in_parallel_worker = worker_chain is not None
         if self._run_position is None or self._run_position[0] == 0:
-            self._finished_chains, self._finished_meters = [], []
+            self._finished_chains, self._finished_meters, self._finished_reports = [], [], []
+            self._last_choice = {}
         self._chains = prepare_chains(
             self.settings, self.rule, self.options, self.model, args, kwargs,
             chains=[chain], warmup_draws=warmup_steps,
@@ -227,6 +230,7 @@ class StochasticGradientKernel(MCMCKernel):
         args, kwargs = as_tensor_arguments(args, kwargs)
         structure, transforms = model_transforms(self.settings, self.model, args, kwargs)
         self.transforms = transforms
+        self._last_choice = {}  # the chains ran elsewhere: repr shows no choice
         if request.draws is None or self.run_judged_by_driver:
             return
         draws = {
@@ -392,6 +396,7 @@ class StochasticGradientKernel(MCMCKernel):
         stats = {name: value[0] for name, value in self._recorder.stats().items()}
         monitor = None if self._chains is None else self._chains.engine.monitor
         if self._chains is not None and self._recorder.draws:
+            self._last_choice = self._choice()  # for repr after the run
             warn_all(self._chains.final_messages(self._recorder.stacked()))
             if not self.run_judged_by_driver:
                 self._judge_run()
@@ -418,11 +423,12 @@ class StochasticGradientKernel(MCMCKernel):
         if self._in_parallel_worker:
             return
         draws = self.constrain_draws(self._recorder.stacked())
-        meters = [self._chains.engine.thinning_meter]
+        meters, reports = [self._chains.engine.thinning_meter], [self._chains_report()]
         position = self._run_position
         if position is not None:
             self._finished_chains.append(draws)
             self._finished_meters.append(meters[0])
+            self._finished_reports.append(reports[0])
             if position[0] != position[1] - 1:
                 return
             counts = {next(iter(d.values())).shape[1] for d in self._finished_chains}
@@ -432,10 +438,10 @@ class StochasticGradientKernel(MCMCKernel):
                 name: torch.cat([d[name] for d in self._finished_chains])
                 for name in self._finished_chains[0]
             }
-            meters = self._finished_meters
-            self._finished_chains, self._finished_meters = [], []
+            meters, reports = self._finished_meters, self._finished_reports
+            self._finished_chains, self._finished_meters, self._finished_reports = [], [], []
         self._warn_verdict(draws, self._chains.structure, self._chains.data,
-                           position is not None, meters)  # fmt: skip
+                           position is not None, meters, reports)  # fmt: skip
 
     def judge_draws(self, draws: Mapping[str, torch.Tensor], several: bool = True) -> None:
         """Warn with the run's verdict unless it has converged: ``draws`` are the constrained
@@ -443,7 +449,8 @@ class StochasticGradientKernel(MCMCKernel):
         judged as :func:`~pyro_sgmcmc.convergence_report` judges their export (a network on its
         outputs at up to 64 training rows). Needs the current chain's set-up (data, model)."""
         self._warn_verdict(draws, self._chains.structure, self._chains.data, several,
-                           [self._chains.engine.thinning_meter])  # fmt: skip
+                           [self._chains.engine.thinning_meter],
+                           [] if several else [self._chains_report()])  # fmt: skip
 
     def _warn_verdict(
         self,
@@ -452,20 +459,26 @@ class StochasticGradientKernel(MCMCKernel):
         data: tuple[tuple, dict[str, Any]],
         several: bool,
         meters: Sequence[ThinningMeter | None] = (),
+        reports: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """:meth:`judge_draws` given the model's structure and full data (and the chains'
-        thinning meters, for :func:`~pyro_sgmcmc.engine.report.warmup_advice`)."""
+        thinning meters, for :func:`~pyro_sgmcmc.engine.report.warmup_advice`, and reports,
+        whose chains too hot make the verdict ``not converged``, as in the export)."""
         outputs = OutputDraws(structure.model, *data, structure.plate)
-        verdict = run_verdict(draws, structure.model, outputs)
+        hot = hot_chains(temperature_attrs(reports))
+        verdict = with_hot_chains(run_verdict(draws, structure.model, outputs), hot)
         self.judged_rows = judged_training_rows(outputs, verdict)
         if verdict.converged:
             return
         chains, count = next(iter(draws.values())).shape[:2]
         which = f"{chains} chains" if several else f"one chain (seed {self.chain_seed})"
+        text = f"MCMC with {type(self).__name__}: {which} x {count} draws, {verdict}"
+        if verdict.statistic == "temperature":  # its remedy is a smaller step, not more draws
+            warn_all([text + where_judged(outputs, verdict)])
+            return
         warn_all([
-            f"MCMC with {type(self).__name__}: {which} x {count} draws, {verdict} (or use "
-            "pyro_sgmcmc.run_chains(kernel, ..., target_ess=400), which draws until it has)"
-            + where_judged(outputs, verdict) + advice(self.algorithm, verdict)
+            text + " (or use pyro_sgmcmc.run_chains(kernel, ..., target_ess=400), which draws "
+            "until it has)" + where_judged(outputs, verdict) + advice(self.algorithm, verdict)
             + warmup_advice(meters)
         ])  # fmt: skip
 
@@ -484,8 +497,6 @@ class StochasticGradientKernel(MCMCKernel):
         if self._chains is None and self._user_initial_params is None:
             return
         transforms = self.transforms
-        if self._chains is not None and self._chains.engine.value is not None:
-            self._last_choice = self._choice()  # for repr after the run
         self._user_initial_params = None
         self._reset_chain()
         self.transforms = transforms
