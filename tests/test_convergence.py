@@ -152,6 +152,12 @@ def test_chains_that_sample_too_hot_have_not_converged_and_the_verdict_says_why_
     assert "not a longer run" in str(verdict) and "times longer" not in str(verdict)
     temperatures = [r["configurational_temperature"] for r in result.chain_reports]
     assert verdict.value == max(temperatures) and all(r["too_hot"] for r in result.chain_reports)
+    # a run until converged draws no more rounds once a chain is too hot
+    with pytest.warns(SamplerWarning, match="configurational temperature"):
+        rounds = run_chains(SGHMC(model, batch_size=50, step_size=4e-5, seed=0), x, y,
+                            num_chains=2, num_samples=300, warmup_steps=100, target_ess=4000,
+                            max_seconds=60)  # fmt: skip
+    assert rounds.judged_at == (300,) and rounds.verdict.statistic == "temperature"
     # the export records it, and its report says the same, from the file too
     idata = result.to_inference_data()
     assert str(convergence_report(idata).verdict) == str(verdict)

@@ -34,7 +34,7 @@ from .controls import coordinate_steps
 from .thinning import ThinningMeter
 from .view import EngineView
 
-__all__ = ["preconditioner_kind", "sampling_report", "warmup_advice"]
+__all__ = ["any_too_hot", "preconditioner_kind", "sampling_report", "warmup_advice"]
 
 
 def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
@@ -67,6 +67,11 @@ def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
         "preconditioner": preconditioner_kind(engine),
         **_temperature_check(engine, chain),
     }
+
+
+def any_too_hot(engine: EngineView) -> bool:
+    """Whether some chain of ``engine`` samples too hot (its report's ``too_hot``)."""
+    return any(_temperature_check(engine, c)["too_hot"] for c in range(engine.num_chains))
 
 
 def _temperature_check(engine: EngineView, chain: int) -> dict[str, Any]:

@@ -67,7 +67,7 @@ from ..engine.distributed import (
 )
 from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
-from ..engine.report import sampling_report, warmup_advice
+from ..engine.report import any_too_hot, sampling_report, warmup_advice
 from ..engine.thinning import ThinningMeter
 from ..errors import CheckpointError, DistributedRunError, SamplerDivergedError
 from ..kernels.base import StochasticGradientKernel
@@ -506,6 +506,8 @@ def _draw_rounds(rounds, chains, recorder, callback, saver, data) -> Verdict:
     draw another round (checkpointed at its end) and judge again. Returns the last verdict."""
     verdict = rounds.judge()
     while rounds.wanted and not verdict.converged:
+        if rounds.shared is None and any_too_hot(chains.engine):
+            break  # a smaller step, not more draws (ranks of a distributed run draw on)
         more = rounds.more_draws(verdict)
         if more == 0:
             break
