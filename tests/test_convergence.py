@@ -135,7 +135,9 @@ def test_judge_names_the_statistic_furthest_from_its_bound():
     assert "too few to judge" in str(judge(math.nan, math.nan, math.nan, 2, num_draws=3))
 
 
-def test_chains_that_sample_too_hot_have_not_converged_and_the_verdict_says_why_first(tmp_path):
+def test_chains_that_sample_too_hot_have_not_converged_and_the_verdict_says_why_first(
+    tmp_path, monkeypatch
+):
     """A hand-given step too large for SGHMC: the chains sample at 25-40 times the posterior's
     temperature, their draws far wider than the posterior's; whatever R-hat and ESS say, the
     verdict names the temperature first, and a longer run is not the advice."""
@@ -174,6 +176,26 @@ def test_chains_that_sample_too_hot_have_not_converged_and_the_verdict_says_why_
     # the warning at the end of its last chain (chains in turn share the kernel) too
     ending = f"MCMC with SGHMC: 2 chains x 300 draws, {report.verdict}"
     assert any(str(w.message).startswith(ending) for w in caught), [str(w.message) for w in caught]
+    # chains in Pyro's worker processes, judged together in the main process from the draws
+    # and the reports the workers send back, and ResumableMCMC's chains in turn, say the same
+    monkeypatch.setattr(pyro.infer.mcmc.api.mp, "cpu_count", lambda: 8)
+    drivers = {
+        "workers": lambda: MCMC(SGHMC(model, batch_size=50, step_size=4e-5, seed=0),
+                                num_samples=300, warmup_steps=100, num_chains=2,
+                                disable_progbar=True, mp_context="fork"),
+        "resumable": lambda: ResumableMCMC(SGHMC(model, batch_size=50, step_size=4e-5, seed=0),
+                                           num_samples=300, warmup_steps=100, num_chains=2,
+                                           disable_progbar=True),
+    }  # fmt: skip
+    for name, driver in drivers.items():
+        run = driver()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SamplerWarning)
+            run.run(x, y)
+        said = [str(w.message) for w in caught]
+        ending = "MCMC with SGHMC: 2 chains x 300 draws, not converged: configurational temp"
+        assert any(message.startswith(ending) for message in said), (name, said)
+    monkeypatch.undo()
     # and an adaptive step keeps the chains at the posterior's temperature
     adaptive = run_chains(SGHMC(model, batch_size=50, seed=0), x, y, num_chains=2,
                           num_samples=300, warmup_steps=100)  # fmt: skip

@@ -500,7 +500,12 @@ class ResumableMCMC(MCMC):
             ).to(params[name].dtype)  # draws stored in a lower precision (draw_dtype)
             for name in params
         }
-        kernel.judge_draws(kernel.constrain_draws(stacked), several=self.num_chains > 1)
+        reports = [d for d in self._diagnostics if isinstance(d, dict)]  # a chain's report
+        kernel.judge_draws(
+            kernel.constrain_draws(stacked),
+            several=self.num_chains > 1,
+            reports=reports if len(reports) == self.num_chains else [],
+        )
 
     def _on_interrupt(self, chain: int, at_boundary: bool) -> None:
         """Keep the chain's state (and write a checkpoint) if the interrupt came between draws."""

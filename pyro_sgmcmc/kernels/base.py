@@ -237,7 +237,8 @@ class StochasticGradientKernel(MCMCKernel):
             name: transforms[name].inv(value) if name in transforms else value
             for name, value in request.draws.items()
         }
-        self._warn_verdict(draws, structure, (args, kwargs), several=True)
+        self._warn_verdict(draws, structure, (args, kwargs), several=True,
+                           reports=request.reports)  # fmt: skip
 
     def sample(self, params: Mapping[str, torch.Tensor]) -> TensorDict:
         """Advance the chain by one draw and return it (unconstrained values)."""
@@ -443,14 +444,22 @@ class StochasticGradientKernel(MCMCKernel):
         self._warn_verdict(draws, self._chains.structure, self._chains.data,
                            position is not None, meters, reports)  # fmt: skip
 
-    def judge_draws(self, draws: Mapping[str, torch.Tensor], several: bool = True) -> None:
+    def judge_draws(
+        self,
+        draws: Mapping[str, torch.Tensor],
+        several: bool = True,
+        reports: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
         """Warn with the run's verdict unless it has converged: ``draws`` are the constrained
         ``(C, S, ...)`` draws of every chain of the run (``several=False``: this chain's alone),
         judged as :func:`~pyro_sgmcmc.convergence_report` judges their export (a network on its
-        outputs at up to 64 training rows). Needs the current chain's set-up (data, model)."""
+        outputs at up to 64 training rows); ``reports``, each chain's ``diagnostics()``, name
+        the chains too hot (by default this chain's alone, with ``several=False``). Needs the
+        current chain's set-up (data, model)."""
+        if reports is None:
+            reports = [] if several else [self._chains_report()]
         self._warn_verdict(draws, self._chains.structure, self._chains.data, several,
-                           [self._chains.engine.thinning_meter],
-                           [] if several else [self._chains_report()])  # fmt: skip
+                           [self._chains.engine.thinning_meter], reports)  # fmt: skip
 
     def _warn_verdict(
         self,

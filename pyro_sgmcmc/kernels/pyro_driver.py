@@ -118,9 +118,11 @@ def one_thread_per_worker() -> None:
 class TransformsRequest(NamedTuple):
     """``pyro.infer.MCMC`` calls ``setup`` only for the transforms, after its chains ran in
     worker processes; ``draws`` are the run's unconstrained ``(chains, draws, ...)`` values per
-    site, where they could be found."""
+    site, where they could be found, and ``reports`` each chain's ``diagnostics()`` sent back
+    by its worker (``()`` where they could not)."""
 
     draws: dict[str, torch.Tensor] | None
+    reports: tuple[dict, ...] = ()
 
 
 def transforms_request() -> TransformsRequest | None:
@@ -136,5 +138,7 @@ def transforms_request() -> TransformsRequest | None:
             draws = None if caller is None else caller.f_locals.get("z_acc")
             if not (isinstance(draws, dict) and all(map(torch.is_tensor, draws.values()))):
                 draws = None
-            return TransformsRequest(draws)
+            found = getattr(driver, "_diagnostics", None)
+            usable = isinstance(found, list) and all(isinstance(d, dict) for d in found)
+            return TransformsRequest(draws, tuple(found) if usable else ())
     return None
