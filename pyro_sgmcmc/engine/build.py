@@ -60,6 +60,7 @@ from .health import check_classifier, check_draws, warn_all
 from .hierarchy import find_scale_parents
 from .layout import FlatLayout
 from .minibatch import Minibatcher
+from .report import measured_temperature
 from .seeds import chain_generators, chain_seeds, seeded
 from .settings import SamplerSettings, settings_signature
 from .thinning import ThinningMeter, warmup_steps_per_draw
@@ -174,9 +175,7 @@ class PreparedChains:
         a site that did not move, chains that ran too hot (``draws`` are the kept unconstrained
         draws, ``(C, S, ...)`` per site)."""
         engine = self.engine
-        # constant SGD has no temperature to compare with: its spread is Mandt et al.'s
-        found = engine.virial.estimate() if engine.algorithm.uses_temperature else None
-        virial = None if found is None else (*found, engine.virial.too_hot(engine.temperature))
+        virial = measured_temperature(engine)  # none for constant SGD: its spread is Mandt's
         scale = engine.control.posterior_scale()
         scales = None if scale is None else engine.layout.unflatten(scale)
         network = has_hidden_units(self.structure.model, {n: v.shape[2:] for n, v in draws.items()})

@@ -29,12 +29,20 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from ..dynamics.metric import DenseMetric
 from .controls import coordinate_steps
 from .thinning import ThinningMeter
 from .view import EngineView
 
-__all__ = ["any_too_hot", "preconditioner_kind", "sampling_report", "warmup_advice"]
+__all__ = [
+    "any_too_hot",
+    "measured_temperature",
+    "preconditioner_kind",
+    "sampling_report",
+    "warmup_advice",
+]
 
 
 def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
@@ -69,21 +77,32 @@ def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
     }
 
 
+def measured_temperature(
+    engine: EngineView,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """``(C,)`` each: the chains' configurational temperatures over the sampling phase so far,
+    their standard errors, and the mask of chains too hot
+    (:meth:`~pyro_sgmcmc.engine.virial.VirialMeter.too_hot`); ``None`` before they have been
+    measured, and for constant SGD, which has no temperature."""
+    found = engine.virial.estimate() if engine.algorithm.uses_temperature else None
+    return None if found is None else (*found, engine.virial.too_hot(engine.temperature))
+
+
 def any_too_hot(engine: EngineView) -> bool:
     """Whether some chain of ``engine`` samples too hot (its report's ``too_hot``)."""
-    return any(_temperature_check(engine, c)["too_hot"] for c in range(engine.num_chains))
+    measured = measured_temperature(engine)
+    return measured is not None and engine.temperature > 0 and bool(measured[2].any())
 
 
 def _temperature_check(engine: EngineView, chain: int) -> dict[str, Any]:
-    """The chain's configurational temperature over its target over the sampling phase so far
-    (``nan`` before it has been measured, and for constant SGD, which has no temperature),
-    and whether it is too hot (:meth:`~pyro_sgmcmc.engine.virial.VirialMeter.too_hot`)."""
-    found = engine.virial.estimate() if engine.algorithm.uses_temperature else None
-    hot = None if found is None else engine.virial.too_hot(engine.temperature)
-    if hot is None or not engine.temperature > 0:
+    """The chain's configurational temperature over its target (``nan`` where
+    :func:`measured_temperature` has none) and whether it is too hot."""
+    measured = measured_temperature(engine)
+    if measured is None or not engine.temperature > 0:
         return {"configurational_temperature": math.nan, "too_hot": False}
-    ratio = float(found[0][chain]) / engine.temperature
-    return {"configurational_temperature": ratio, "too_hot": bool(hot[chain])}
+    value, _, hot = measured
+    return {"configurational_temperature": float(value[chain]) / engine.temperature,
+            "too_hot": bool(hot[chain])}  # fmt: skip
 
 
 def preconditioner_kind(engine: EngineView) -> str:

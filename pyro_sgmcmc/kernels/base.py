@@ -123,6 +123,8 @@ class StochasticGradientKernel(MCMCKernel):
         #: the rows of the data (``((), 0)`` otherwise): its export records them, and
         #: :func:`~pyro_sgmcmc.convergence_report` judges the outputs there, as the warning did.
         self.judged_rows: tuple[tuple[int, ...], int] = ((), 0)
+        #: What the last chain run in this process chose, for ``repr`` after the run.
+        self._last_choice: dict[str, Any] = {}
         self._reset_chain()
 
     @property
@@ -141,7 +143,6 @@ class StochasticGradientKernel(MCMCKernel):
         self.chain_seed: int | None = None
         self._setup_seconds = 0.0
         self._sampling_seconds = 0.0  # the chain's sample() calls: warm-up and kept draws
-        self._last_choice: dict[str, Any] = getattr(self, "_last_choice", {})
 
     def _chain_index(self, worker_chain: int | None, position: tuple[int, int] | None) -> int:
         """The index of the chain being set up: in a worker process of a parallel run, the index
