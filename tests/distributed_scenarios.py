@@ -182,6 +182,23 @@ def chains_rounds(distributed: bool) -> dict[str, torch.Tensor]:
     return out
 
 
+def chains_too_hot(distributed: bool) -> dict[str, torch.Tensor]:
+    """Chains across processes with a hand-given step too large (chains 25-40 times too hot):
+    a run until converged stops after its first verdict on every rank, as in one process."""
+    from stats_helpers import ConjugateLinearRegression, regression_data
+
+    x, y = (t.double() for t in regression_data(n=1000, d=3))
+    model = ConjugateLinearRegression(prior_scale=10.0)
+    result = run_chains(SGHMC(model, batch_size=50, step_size=4e-5, seed=0), x, y,
+                        num_chains=3, num_samples=300, warmup_steps=100, target_ess=4000,
+                        max_seconds=120, distribute_chains=distributed)  # fmt: skip
+    return {
+        "judged_at": torch.tensor(result.judged_at),
+        "too_hot": torch.tensor([r["too_hot"] for r in result.chain_reports]),
+        "temperature_first": torch.tensor(result.verdict.statistic == "temperature"),
+    }
+
+
 def _chains_deciding_together(distributed: bool, model, data) -> dict[str, torch.Tensor]:
     """3 chains across processes (2 on rank 0, 1 on rank 1) whose warm-up chooses their
     thinning, with the warm-up's joint decision wanted by an engine of 1 or 3 chains (rank 1's,
@@ -333,6 +350,7 @@ SCENARIOS = {
         data_mcmc,
         chains_mlp,
         chains_rounds,
+        chains_too_hot,
         chains_lengthened,
         chains_started_again,
         diverging_ranks,

@@ -43,6 +43,7 @@ from pyro_sgmcmc import (
 from pyro_sgmcmc.analysis._arviz import has_group
 from pyro_sgmcmc.analysis.diagnostics import (
     ESS_PER_CHAIN,
+    FROZEN_RHAT,
     FUNCTION_RHAT_BOUND,
     HOT_BOUND,
     ONE_CHAIN,
@@ -50,6 +51,7 @@ from pyro_sgmcmc.analysis.diagnostics import (
     Verdict,
     advice,
     convergence_report,
+    frozen_advice,
     hot_chains,
     judge,
     network_advice,
@@ -144,9 +146,11 @@ def test_chains_that_sample_too_hot_have_not_converged_and_the_verdict_says_why_
     x, y = regression_data(n=1000, d=3)
     model = ConjugateLinearRegression(prior_scale=10.0)
     kernel = SGHMC(model, batch_size=50, step_size=4e-5, seed=0)
-    with pytest.warns(SamplerWarning, match="configurational temperature"):
+    with pytest.warns(SamplerWarning, match="configurational temperature") as caught:
         result = run_chains(kernel, x, y, num_chains=2, num_samples=300, warmup_steps=100,
                             target_ess=None)  # fmt: skip
+    ending = [str(w.message) for w in caught if str(w.message).startswith("run_chains:")]
+    assert len(ending) == 1 and "draws until it has" not in ending[0], ending  # not the remedy
     verdict = result.verdict
     assert not verdict.converged and verdict.statistic == "temperature", str(verdict)
     assert verdict.value > HOT_BOUND and verdict.chains == (0, 1)
@@ -201,6 +205,44 @@ def test_chains_that_sample_too_hot_have_not_converged_and_the_verdict_says_why_
                           num_samples=300, warmup_steps=100)  # fmt: skip
     assert adaptive.verdict.converged, str(adaptive.verdict)
     assert not any(r["too_hot"] for r in adaptive.chain_reports)
+
+
+def test_chains_that_barely_move_are_told_how_much_longer_at_least_and_why():
+    """A hand-given step of 1e-12: each chain moves about 1e-4 over its draws while the chains
+    sit about 1 apart. The rank-normalised R-hat stays near 4 (ranks cannot say how far apart),
+    and extrapolating the ESS said 'run about 301 times longer'; moving at a constant speed the
+    chains need the ratio of the distance to their spread, some 60,000 times longer. The
+    verdict says the chains barely move, and the warning names the step size."""
+    x, y = regression_data(n=1000, d=3)
+    model = ConjugateLinearRegression(prior_scale=10.0)
+    with pytest.warns(SamplerWarning, match="barely move") as caught:
+        result = run_chains(SGHMC(model, batch_size=50, step_size=1e-12, seed=0), x, y,
+                            num_chains=4, num_samples=200, warmup_steps=50)  # fmt: skip
+    verdict = result.verdict
+    assert verdict.statistic == "R-hat" and 2 < verdict.value < 6 and verdict.spread > 1e4
+    assert verdict.barely_moving and verdict.longer == verdict.spread
+    text = str(verdict)
+    assert "the chains barely move (within each chain the draws spread about 1/" in text, text
+    assert text.endswith(f"run at least {math.ceil(verdict.spread):,} times longer"), text
+    said = [str(w.message) for w in caught if "barely move" in str(w.message)]
+    assert len(said) == 1 and "a hand-given step_size: leave it out" in said[0], said
+    assert "draws until it has" not in said[0] and "Still on their way" not in said[0]
+    # the export's report says the same
+    assert str(convergence_report(result.to_inference_data()).verdict) == text
+    # and MCMC's end-of-run warning
+    mcmc = MCMC(SGHMC(model, batch_size=50, step_size=1e-12, seed=0), num_samples=200,
+                warmup_steps=50, num_chains=2, disable_progbar=True)  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SamplerWarning)
+        mcmc.run(x, y)
+    said = [str(w.message) for w in caught if str(w.message).startswith("MCMC with SGHMC")]
+    assert len(said) == 1 and "barely move" in said[0] and "target_ess" not in said[0], said
+    # chains that are merely slow are still told how much longer to run, without the causes
+    slow = judge(1.3, 40.0, 60.0, 4, spread=1.4)
+    assert not slow.barely_moving and str(slow).endswith("run about 30 times longer")
+    assert frozen_advice(slow) == "" and frozen_advice(verdict) != ""
+    # where the ESS asks for more than the distance, the ESS's extrapolation stands
+    assert not judge(4.0, 0.01, 0.01, 4, spread=FROZEN_RHAT).barely_moving
 
 
 def test_the_chains_an_export_records_too_hot_are_read_as_a_file_gives_them_back():

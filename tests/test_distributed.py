@@ -43,7 +43,7 @@ from pyro_sgmcmc.engine.estimators import MinibatchGradient
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE_SCENARIOS = ["data_mlp", "data_trace", "data_control_variate", "data_mcmc", "chains_mlp",
-                    "chains_rounds", "chains_lengthened", "chains_started_again",
+                    "chains_rounds", "chains_too_hot", "chains_lengthened", "chains_started_again",
                     "diverging_ranks", "mismatched_ranks"]  # fmt: skip
 
 
@@ -112,6 +112,17 @@ def test_chains_across_ranks_run_until_converged_as_one_process(two_ranks):
     for output in rank_outputs(two_ranks, "chains_rounds"):
         for key, expected in reference.items():
             assert torch.equal(output[key], expected), key
+
+
+def test_chains_across_ranks_too_hot_stop_their_rounds_on_every_rank(two_ranks):
+    """Rounds go on only where more draws help; with the chains shared among ranks, whether
+    a chain is too hot is agreed among them (it was not asked: they drew rounds to their
+    budget)."""
+    reference = scenarios.chains_too_hot(False)
+    assert reference["judged_at"].tolist() == [300] and bool(reference["temperature_first"])
+    for output in rank_outputs(two_ranks, "chains_too_hot"):
+        assert output["judged_at"].tolist() == [300] and bool(output["temperature_first"])
+        assert bool(output["too_hot"].all())
 
 
 @pytest.mark.parametrize("name", ["chains_lengthened", "chains_started_again"])

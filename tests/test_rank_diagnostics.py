@@ -89,11 +89,12 @@ def test_datasets_and_the_worst_of_all_quantities():
     np.testing.assert_allclose(rhat["a"].values.ravel(), rank_rhat(x[..., :6]))
     flat = np.concatenate([x[..., :6], x[..., 6:7]], axis=2)
     assert worst_statistics(dataset) == worst_of_all(flat)
-    max_rhat, bulk, tail = worst_of_all(flat)
+    max_rhat, bulk, tail, classic = worst_of_all(flat)
     assert max_rhat == pytest.approx(rank_rhat(flat).max())
     assert bulk == pytest.approx(ess_bulk(flat).min()) and tail == pytest.approx(
         ess_tail(flat).min()
     )
+    assert classic == pytest.approx(_classic_split_rhat(flat).max(), rel=1e-12)
     # one chain: no R-hat; a quantity constant within chains but not across: R-hat inf
     assert math.isnan(worst_of_all(flat[:1])[0])
     assert worst_of_all(_draws(2, 50)[..., 13:14])[0] == math.inf
@@ -101,3 +102,29 @@ def test_datasets_and_the_worst_of_all_quantities():
     saturated = np.concatenate([flat, np.ones((2, 120, 1))], axis=2)
     assert worst_of_all(saturated) == worst_of_all(flat)
     assert math.isnan(worst_of_all(np.ones((2, 120, 3)))[0])
+
+
+def _classic_split_rhat(draws: np.ndarray) -> np.ndarray:
+    """Gelman et al.'s split R-hat of ``(C, S, K)`` draws, written out (BDA3, eq. 11.4)."""
+    half = draws.shape[1] // 2
+    first, second = draws[:, :half], draws[:, draws.shape[1] - half :]
+    split = np.concatenate([first, second])  # (2C, n, K)
+    n = split.shape[1]
+    between = n * split.mean(1).var(0, ddof=1)
+    within = split.var(1, ddof=1).mean(0)
+    return np.sqrt(((n - 1) / n * within + between / n) / within)
+
+
+def test_chains_that_barely_move_are_told_by_the_classic_r_hat_not_the_rank_one():
+    """Four chains that each move a hundred-thousandth of the distance between them: ranks
+    cap the rank-normalised R-hat near 3, as for chains that are merely slow; the classic
+    split R-hat of the draws sees how little they move."""
+    rng = np.random.default_rng(3)
+    centres = np.array([-1.5, -0.5, 0.5, 1.5])[:, None, None]
+    barely = centres + 1e-5 * rng.standard_normal((4, 200, 3))
+    slow = centres + 0.5 * rng.standard_normal((4, 200, 3))
+    max_rhat, _, _, classic = worst_of_all(barely)
+    slow_rhat, _, _, slow_classic = worst_of_all(slow)
+    assert 2 < max_rhat < 6 and max_rhat == pytest.approx(_arviz_statistic(barely, "rhat").max())
+    assert classic > 5e4 and classic == pytest.approx(_classic_split_rhat(barely).max())
+    assert slow_rhat > 1.5 and slow_classic < 10

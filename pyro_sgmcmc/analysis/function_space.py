@@ -222,9 +222,10 @@ def run_verdict(
                 for array in [value.detach().double().cpu().numpy()]
             }
         )
+    max_rhat, min_bulk, min_tail, spread = worst_statistics(dataset)
     return judge(
-        *worst_statistics(dataset), num_chains, function_space=network, min_ess=min_ess,
-        num_draws=int(dataset.sizes["draw"]),
+        max_rhat, min_bulk, min_tail, num_chains, function_space=network, min_ess=min_ess,
+        num_draws=int(dataset.sizes["draw"]), spread=spread,
     )  # fmt: skip
 
 

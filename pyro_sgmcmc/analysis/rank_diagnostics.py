@@ -104,9 +104,9 @@ def ess_tail(draws: np.ndarray) -> np.ndarray:
     return _ess_tail(_quantity_major(draws))
 
 
-def worst_of_all(draws: np.ndarray) -> tuple[float, float, float]:
+def worst_of_all(draws: np.ndarray) -> tuple[float, float, float, float]:
     r"""The worst statistics of ``(C, S, K)`` draws, the ranks shared between :math:`\hat R`
-    and the bulk ESS.
+    and the bulk ESS, and how far apart the chains sit in units of their own spread.
 
     Parameters
     ----------
@@ -119,18 +119,27 @@ def worst_of_all(draws: np.ndarray) -> tuple[float, float, float]:
         The largest :math:`\hat R` -- ``inf`` for a quantity constant within chains but not
         across them (chains that do not move); a quantity constant in every draw (a
         classifier's probability saturated at 1) has none and is left out; ``nan`` with one
-        chain -- and the smallest bulk and tail ESS over the finite ones (``nan`` if none).
+        chain -- the smallest bulk and tail ESS over the finite ones (``nan`` if none), and
+        the largest classic split :math:`\hat R` of the draws themselves, not of their ranks
+        (``nan`` with one chain). Where the chains do not overlap, the ranks cap the
+        rank-normalised :math:`\hat R` (3 to 4 for four chains that barely move, as for four
+        that are merely slow); the classic one goes on growing as the distance between the
+        chains' means over the spread within them: it tells chains that barely move.
     """
     chains = draws.shape[0]
     values = _quantity_major(draws)
     split = split_chains(values)
     scores = rank_normalised(split)
-    max_rhat = math.nan
+    max_rhat = max_classic = math.nan
     if chains > 1:
-        rhat = _rank_rhat(split, scores)
-        defined = rhat[~np.isnan(rhat)]
-        max_rhat = float(defined.max()) if defined.size else math.nan
-    return max_rhat, _smallest(_ess(scores)), _smallest(_ess_tail(values))
+        max_rhat = _largest(_rank_rhat(split, scores))
+        max_classic = _largest(_rhat(split))
+    return max_rhat, _smallest(_ess(scores)), _smallest(_ess_tail(values)), max_classic
+
+
+def _largest(values: np.ndarray) -> float:
+    defined = values[~np.isnan(values)]
+    return float(defined.max()) if defined.size else math.nan
 
 
 def _smallest(values: np.ndarray) -> float:

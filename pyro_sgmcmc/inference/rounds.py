@@ -120,6 +120,11 @@ class _Rounds:
             self.spent = self.spent or more == 0
         return more
 
+    def any_rank(self, flag: bool, what: str) -> bool:
+        """Whether ``flag`` holds on this process or, where the chains are shared among
+        ranks, on any rank (every rank gets the same answer)."""
+        return flag if self.shared is None else any(self._gather(flag, what))
+
     def _gather(self, value: Any, what: str) -> list[Any]:
         try:
             return gather_objects(value, what)
@@ -192,6 +197,6 @@ class _Rounds:
             )
         elif self.spent:
             text += f" (the budget of max_seconds={self.max_seconds:g} is spent)"
-        elif not self.wanted:
+        elif not self.wanted and verdict.longer_run_helps:
             text += " (run_chains(..., target_ess=...) draws until it has)"
         return text + where_judged(self.outputs, verdict)

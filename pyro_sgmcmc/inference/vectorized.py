@@ -506,8 +506,8 @@ def _draw_rounds(rounds, chains, recorder, callback, saver, data) -> Verdict:
     draw another round (checkpointed at its end) and judge again. Returns the last verdict."""
     verdict = rounds.judge()
     while rounds.wanted and not verdict.converged:
-        if rounds.shared is None and any_too_hot(chains.engine):
-            break  # a smaller step, not more draws (ranks of a distributed run draw on)
+        if rounds.any_rank(any_too_hot(chains.engine), "agreeing whether a chain is too hot"):
+            break  # a smaller step, not more draws
         more = rounds.more_draws(verdict)
         if more == 0:
             break

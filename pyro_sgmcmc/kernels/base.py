@@ -486,11 +486,11 @@ class StochasticGradientKernel(MCMCKernel):
         if verdict.statistic == "temperature":  # its remedy is a smaller step, not more draws
             warn_all([text + where_judged(outputs, verdict)])
             return
-        warn_all([
-            text + " (or use pyro_sgmcmc.run_chains(kernel, ..., target_ess=400), which draws "
-            "until it has)" + where_judged(outputs, verdict) + advice(self.algorithm, verdict)
-            + warmup_advice(meters)
-        ])  # fmt: skip
+        if verdict.longer_run_helps:
+            text += (" (or use pyro_sgmcmc.run_chains(kernel, ..., target_ess=400), which draws "
+                     "until it has)")  # fmt: skip
+        warn_all([text + where_judged(outputs, verdict) + advice(self.algorithm, verdict)
+                  + warmup_advice(meters)])  # fmt: skip
 
     def _chains_report(self) -> dict[str, Any]:
         """What the warm-up chose for the current chain (thinning, autocorrelation time)."""
