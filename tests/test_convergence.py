@@ -42,6 +42,7 @@ from pyro_sgmcmc import (
 )
 from pyro_sgmcmc.analysis._arviz import has_group
 from pyro_sgmcmc.analysis.diagnostics import (
+    COLD_BOUND,
     ESS_PER_CHAIN,
     FROZEN_RHAT,
     FUNCTION_RHAT_BOUND,
@@ -58,6 +59,7 @@ from pyro_sgmcmc.analysis.diagnostics import (
     rhat_text,
     stuck_advice,
     with_hot_chains,
+    with_temperatures,
 )
 from pyro_sgmcmc.analysis.function_space import HeldOutOutputDraws, run_verdict
 from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
@@ -243,6 +245,51 @@ def test_chains_that_barely_move_are_told_how_much_longer_at_least_and_why():
     assert frozen_advice(slow) == "" and frozen_advice(verdict) != ""
     # where the ESS asks for more than the distance, the ESS's extrapolation stands
     assert not judge(4.0, 0.01, 0.01, 4, spread=FROZEN_RHAT).barely_moving
+
+
+def test_chains_that_sample_too_cold_have_not_converged_whatever_r_hat_and_ess_say(tmp_path):
+    """SGHMC with gradient_noise='estimate' (a running variance of successive minibatch
+    gradients, which counts the drift of the position as noise) injects too little noise: the
+    chains sample at about 0.78 of the target temperature, their sds 12% too small, while R-hat
+    and ESS say converged. The verdict says not converged, and why; the defaults do not."""
+    x, y = regression_data(n=1000, d=3)
+    model = ConjugateLinearRegression(prior_scale=10.0)
+    exact_sd = np.sqrt(np.diag(model.posterior(x, y)[1]))
+    kernel = SGHMC(model, batch_size=50, gradient_noise="estimate", seed=0)
+    with pytest.warns(SamplerWarning, match="configurational temperature") as caught:
+        result = run_chains(kernel, x, y, num_chains=4, num_samples=1000, warmup_steps=1000)
+    sd = result.samples["w"].flatten(0, 1).double().std(0).numpy()
+    assert (sd / exact_sd < 0.93).all(), sd / exact_sd  # the draws are too narrow
+    verdict = result.verdict
+    assert verdict.statistic == "temperature" and verdict.bound == COLD_BOUND, str(verdict)
+    assert verdict.value < COLD_BOUND and all(r["too_cold"] for r in result.chain_reports)
+    assert str(verdict).startswith("not converged: configurational temperature 0.7")
+    assert "narrower than the posterior" in str(verdict) and "gradient_noise" in str(verdict)
+    said = [str(w.message) for w in caught if str(w.message).startswith("run_chains:")]
+    assert len(said) == 1 and "draws until it has" not in said[0], said
+    # the export records it; its report, from the file too, says the same
+    idata = result.to_inference_data()
+    assert str(convergence_report(idata).verdict) == str(verdict)
+    _arviz.to_netcdf(idata, tmp_path / "cold.nc")
+    assert str(convergence_report(_arviz.load_netcdf(tmp_path / "cold.nc")).verdict) == str(verdict)
+    # MCMC's end-of-run warning and export
+    mcmc = MCMC(SGHMC(model, batch_size=50, gradient_noise="estimate", seed=0), num_samples=500,
+                warmup_steps=1000, num_chains=2, disable_progbar=True)  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SamplerWarning)
+        mcmc.run(x, y)
+    report = convergence_report(to_inference_data(mcmc))
+    assert report.verdict.statistic == "temperature" and report.verdict.bound == COLD_BOUND
+    ending = f"MCMC with SGHMC: 2 chains x 500 draws, {report.verdict}"
+    assert any(str(w.message).startswith(ending) for w in caught), [str(w.message) for w in caught]
+    # the defaults sample at the target's temperature, and a chain too cold only matters where
+    # R-hat and ESS pass (a chain still on its way shows any temperature)
+    default = run_chains(SGHMC(model, batch_size=50, seed=0), x, y, num_chains=4,
+                         num_samples=1000, warmup_steps=1000)  # fmt: skip
+    assert default.verdict.converged and not any(r["too_cold"] for r in default.chain_reports)
+    slow = with_temperatures(judge(1.2, 50.0, 900.0, 2), {"configurational_temperature": [0.2, 1.0],
+                                                          "too_cold_chains": [0]})  # fmt: skip
+    assert slow.statistic == "R-hat"
 
 
 def test_the_chains_an_export_records_too_hot_are_read_as_a_file_gives_them_back():

@@ -205,9 +205,10 @@ def _add_sgmcmc_stats(
     attrs["warmup_divergences"] = int(sum(per_chain("warmup_divergences")))
     if "configurational_temperature" in diagnostics:  # the chains' reports
         temperatures, hot = per_chain("configurational_temperature"), per_chain("too_hot")
+        cold = per_chain("too_cold") if "too_cold" in diagnostics else [False] * len(hot)
         reports = [
-            {"configurational_temperature": t, "too_hot": h}
-            for t, h in zip(temperatures, hot, strict=True)
+            {"configurational_temperature": t, "too_hot": h, "too_cold": c}
+            for t, h, c in zip(temperatures, hot, cold, strict=True)
         ]
         attrs.update(temperature_attrs(reports))
 

@@ -14,10 +14,11 @@ r"""What the warm-up chose for each chain, as the kernels' ``diagnostics()`` and
   chain's coordinates: :func:`~pyro_sgmcmc.engine.controls.median_steps`);
 * ``preconditioner``: what scales the coordinates (:func:`preconditioner_kind`), e.g. ``"dense"``
   where the warm-up's dense metric replaced pSGLD's RMSprop on a small model;
-* ``configurational_temperature`` and ``too_hot``: the temperature the chain samples at over
-  its target (:class:`~pyro_sgmcmc.engine.virial.VirialMeter`; ``nan`` where not measured) and
-  whether it is too hot, which makes the run's verdict ``not converged``
-  (:func:`~pyro_sgmcmc.analysis.diagnostics.with_hot_chains`).
+* ``configurational_temperature``, ``too_hot`` and ``too_cold``: the temperature the chain
+  samples at over its target (:class:`~pyro_sgmcmc.engine.virial.VirialMeter`; ``nan`` where
+  not measured) and whether it is too hot, which makes the run's verdict ``not converged``, or
+  too cold, which makes a verdict ``converged`` on R-hat and ESS ``not converged``
+  (:func:`~pyro_sgmcmc.analysis.diagnostics.with_temperatures`).
 
 :func:`warmup_advice` adds to the warning of an unconverged run the warm-up its measurement of
 the autocorrelation time asks for.
@@ -96,13 +97,15 @@ def any_too_hot(engine: EngineView) -> bool:
 
 def _temperature_check(engine: EngineView, chain: int) -> dict[str, Any]:
     """The chain's configurational temperature over its target (``nan`` where
-    :func:`measured_temperature` has none) and whether it is too hot."""
+    :func:`measured_temperature` has none) and whether it is too hot, or too cold
+    (:meth:`~pyro_sgmcmc.engine.virial.VirialMeter.too_cold`)."""
     measured = measured_temperature(engine)
     if measured is None or not engine.temperature > 0:
-        return {"configurational_temperature": math.nan, "too_hot": False}
+        return {"configurational_temperature": math.nan, "too_hot": False, "too_cold": False}
     value, _, hot = measured
+    cold = engine.virial.too_cold(engine.temperature)
     return {"configurational_temperature": float(value[chain]) / engine.temperature,
-            "too_hot": bool(hot[chain])}  # fmt: skip
+            "too_hot": bool(hot[chain]), "too_cold": bool(cold[chain])}  # fmt: skip
 
 
 def preconditioner_kind(engine: EngineView) -> str:

@@ -13,7 +13,9 @@ dynamics). A minibatch gradient is unbiased and its noise is independent of :mat
 estimate stays unbiased with minibatches. A chain that is too hot -- a step size too large for
 its curvature, or gradient noise that the dynamics do not absorb -- shows :math:`\hat T > T`;
 a variance inflated by a factor :math:`1 + b` shows :math:`\hat T \approx (1 + b)\,T` for a
-Gaussian target. The standard error comes from batch means of the per-step terms.
+Gaussian target, and one shrunk (too little injected noise, e.g. a gradient-noise estimate that
+exceeds the gradient's noise) :math:`\hat T < T`. The standard error comes from batch means
+of the per-step terms.
 
 References
 ----------
@@ -99,6 +101,16 @@ class VirialMeter:
         # whose oscillation grows has batch means that differ by orders of magnitude)
         far = (means.mean(1) > FAR_TOO_HOT * (1.0 + margin) * temperature).all(0)
         return (value - (1.0 + margin) * temperature > 4.0 * error) | far
+
+    def too_cold(self, temperature: float, bound: float = 0.9) -> torch.Tensor | None:
+        """``(C,)`` mask of chains whose configurational temperature is below ``bound * T``
+        by more than four standard errors (too little noise for the dynamics: draws spread
+        narrower than the target)."""
+        found = self.estimate()
+        if found is None:
+            return None
+        value, error = found
+        return bound * temperature - value > 4.0 * error
 
     def state_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "values": list(self.values), "calls": self.calls}

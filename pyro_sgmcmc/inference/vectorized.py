@@ -51,9 +51,8 @@ from .._validation import (
 from ..analysis.diagnostics import (
     Verdict,
     advice,
-    hot_chains,
     temperature_attrs,
-    with_hot_chains,
+    with_temperatures,
 )
 from ..analysis.export_checks import checked_test_set
 from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, judged_training_rows
@@ -481,14 +480,14 @@ def _finished(
     result: VectorizedResult, saver: _Saver | None, warning: Callable[[Verdict], str]
 ) -> VectorizedResult:
     """``result`` with every rank's chains (``saver`` of a run across processes), its verdict
-    ``not converged`` where chains sample too hot, whatever R-hat and ESS say
-    (:func:`~pyro_sgmcmc.analysis.diagnostics.with_hot_chains`); warns with ``warning`` of the
-    verdict unless it has converged."""
+    ``not converged`` where chains sample too hot, whatever R-hat and ESS say, or too cold
+    (:func:`~pyro_sgmcmc.analysis.diagnostics.with_temperatures`); warns with ``warning`` of
+    the verdict unless it has converged."""
     if saver is not None:
         result = gathered(result, saver)
-    hot = hot_chains(temperature_attrs(result.chain_reports))
-    if hot and result.verdict is not None:
-        result = dataclasses.replace(result, verdict=with_hot_chains(result.verdict, hot))
+    if result.verdict is not None:
+        attrs = temperature_attrs(result.chain_reports)
+        result = dataclasses.replace(result, verdict=with_temperatures(result.verdict, attrs))
     if result.verdict is not None and not result.verdict.converged:
         warn_all([warning(result.verdict)])
     return result

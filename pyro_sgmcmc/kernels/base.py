@@ -24,7 +24,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from torch.distributions.transforms import Transform
 
 from .._validation import as_tensor_arguments, check_positive_int
-from ..analysis.diagnostics import advice, hot_chains, temperature_attrs, with_hot_chains
+from ..analysis.diagnostics import advice, temperature_attrs, with_temperatures
 from ..analysis.function_space import (
     OutputDraws,
     judged_training_rows,
@@ -475,8 +475,9 @@ class StochasticGradientKernel(MCMCKernel):
         thinning meters, for :func:`~pyro_sgmcmc.engine.report.warmup_advice`, and reports,
         whose chains too hot make the verdict ``not converged``, as in the export)."""
         outputs = OutputDraws(structure.model, *data, structure.plate)
-        hot = hot_chains(temperature_attrs(reports))
-        verdict = with_hot_chains(run_verdict(draws, structure.model, outputs), hot)
+        verdict = with_temperatures(
+            run_verdict(draws, structure.model, outputs), temperature_attrs(reports)
+        )
         self.judged_rows = judged_training_rows(outputs, verdict)
         if verdict.converged:
             return
