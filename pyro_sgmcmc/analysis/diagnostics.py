@@ -69,6 +69,7 @@ __all__ = [
     "APART",
     "COLD_BOUND",
     "ESS_PER_CHAIN",
+    "FROZEN_RHAT",
     "FUNCTION_RHAT_BOUND",
     "HOT_BOUND",
     "ONE_CHAIN",
@@ -78,6 +79,7 @@ __all__ = [
     "advice",
     "convergence_report",
     "format_reports",
+    "frozen_advice",
     "hot_chains",
     "judge",
     "network_advice",
@@ -135,7 +137,8 @@ class Verdict:
         furthest from its bound first: the text names them all, so that an ESS that binds does
         not hide an :math:`\hat R` that says the chains disagree.
     chains:
-        For ``"temperature"`` (:func:`with_hot_chains`), the chains that sample too hot.
+        For ``"temperature"`` (:func:`with_temperatures`), the chains that sample too hot
+        (``bound`` :data:`HOT_BOUND`), or too cold (``bound`` :data:`COLD_BOUND`).
     caveat:
         What a ``converged`` verdict did not check: with one chain, :math:`\hat R`.
     spread:
@@ -170,7 +173,8 @@ class Verdict:
     def longer_run_helps(self) -> bool:
         """Whether a longer run is the remedy of an unconverged verdict: not for chains too hot
         (a smaller step is) nor for chains that barely move (a larger one, in all likelihood)."""
-        return not (self.statistic == "temperature" or self.barely_moving)
+        frozen = self.statistic == "R-hat" and math.isinf(self.longer)  # chains constant
+        return not (self.statistic == "temperature" or self.barely_moving or frozen)
 
     def __str__(self) -> str:
         if self.converged:
@@ -240,11 +244,14 @@ def with_temperatures(
     (:func:`with_hot_chains`), and where R-hat and ESS say ``converged`` but some chain samples
     too cold (below :data:`COLD_BOUND` times the target by four standard errors): its draws
     spread narrower than the posterior. (A chain that has not converged on R-hat or ESS may
-    show any temperature: one still arriving, or barely moving, is not at its stationary law.)
+    show any temperature: one still arriving, or barely moving, is not at its stationary law.
+    A network judged on its outputs is not judged cold: its temperature is measured on
+    weights whose flat directions do not settle, and its chains sampled at 0.3-0.9 of the
+    target on a small regression while they mixed in their outputs.)
     """
     verdict = with_hot_chains(verdict, _recorded(attrs, "too_hot_chains", num_chains))
     cold = _recorded(attrs, "too_cold_chains", num_chains)
-    if not verdict.converged or not cold:
+    if not verdict.converged or not cold or verdict.basis != "parameters":
         return verdict
     return Verdict(False, "temperature", min(cold.values()), COLD_BOUND, math.inf,
                    verdict.basis, (), tuple(sorted(cold)))  # fmt: skip
@@ -332,7 +339,7 @@ def judge(
     needs = []  # (how many times longer, statistic, value, bound)
     if not math.isnan(max_rhat):
         excess = (max_rhat - 1.0) / (rhat_bound - 1.0) if max_rhat < FROZEN_RHAT else math.inf
-        if spread >= FROZEN_RHAT:  # at least that many times longer to cross the distance
+        if max_rhat > rhat_bound and spread >= FROZEN_RHAT:  # at least that many times longer
             excess = max(excess, spread)
         needs.append((excess, "R-hat", max_rhat, rhat_bound))
     for name, value in (("bulk ESS", min_ess_bulk), ("tail ESS", min_ess_tail)):

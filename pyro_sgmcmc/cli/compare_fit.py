@@ -261,7 +261,8 @@ def _run_sgmcmc(method: str, model, data: Dataset, config: CompareConfig) -> _Ru
         )  # fmt: skip
     thinning = [report["num_steps_per_sample"] for report in result.chain_reports]
     notes = f"{result.num_draws} draws per chain, {thinning} gradient steps per draw"
-    if None not in (config.target_ess, config.max_seconds) and not result.verdict.converged:
+    budget = None not in (config.target_ess, config.max_seconds)
+    if budget and not result.verdict.converged and result.verdict.statistic != "temperature":
         # the rounds stop when converged or at the budget, and the warm-up and the first
         # --num-samples draws are always made: say why this run stopped, and how long it took
         notes += f"; --max-seconds {config.max_seconds:g} spent before it converged"
