@@ -31,16 +31,10 @@ temperature (:mod:`pyro_sgmcmc.engine.virial`) checks that: a run with a chain t
 (:func:`with_hot_chains`; the export records the chains, so that :func:`convergence_report`
 agrees), and the remedy is a smaller step, not a longer run.
 
-Where the chains barely move (a step size far too small), ranks cannot say how little: the
-rank-normalised :math:`\hat R` stays near 3 or 4 for four chains that do not overlap, and
-extrapolating the ESS asks for a run a few hundred times longer. The classic split
-:math:`\hat R` of the draws grows as the distance between the chains over the spread within
-them; from :data:`FROZEN_RHAT` the verdict says the chains barely move and that a run which
-brings them together is at least that many times longer (:attr:`Verdict.barely_moving`).
-
-A chain can run too cold too (below :data:`COLD_BOUND` times its target by four standard
-errors: too little noise injected, e.g. SGHMC's ``gradient_noise="estimate"``); where R-hat
-and ESS pass, that makes the verdict ``not converged`` (:func:`with_temperatures`).
+A chain too cold (below :data:`COLD_BOUND` times its target by four standard errors) makes a
+verdict that R-hat and ESS pass ``not converged`` (:func:`with_temperatures`). Chains that
+barely move are told by the classic split :math:`\hat R` of the draws (:data:`FROZEN_RHAT`,
+:attr:`Verdict.barely_moving`): ranks cap the rank-normalised one near 3 or 4.
 
 For SVI the "chains" are independent fits, each with independent draws from its guide:
 :math:`\hat R` then measures the agreement between fits, and the ESS is close to the number of
@@ -101,11 +95,8 @@ ESS_PER_CHAIN = 100
 #: Fewer draws per chain than this cannot be judged (ArviZ's ESS needs four).
 MIN_DRAWS = 4
 #: A classic split :math:`\hat R` (of the draws, not of their ranks) this large says the draws
-#: within each chain spread about a thousandth of the chains' distance (their variance a
-#: millionth of the chains' spread): the chains barely move. The rank-normalised
-#: :math:`\hat R` cannot say it: where the chains do not overlap it stays near 3 or 4 (four
-#: chains) however little they move. (A rank-normalised :math:`\hat R` this large, chains
-#: constant within and apart, says that they do not move at all.)
+#: within each chain spread about a thousandth of the chains' distance: they barely move (the
+#: rank-normalised one stays near 3 or 4 for four chains that do not overlap).
 FROZEN_RHAT = 1e3
 #: The groups where an export keeps a network's outputs ``output`` (test inputs first); their
 #: draws are judged in function space.

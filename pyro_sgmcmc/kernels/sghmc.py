@@ -47,7 +47,7 @@ class SGHMC(StochasticGradientKernel):
         ``"estimate"`` for an element-wise running estimate :math:`\hat\beta = \eta \hat V/2`.
         The running variance of successive minibatch gradients counts the position's own
         drift as noise, so the chains inject too little noise and sample too cold (on a
-        conjugate regression at 0.75-0.79 of the target temperature, sds 12-14% too small):
+        conjugate regression at 0.75-0.79 of the target temperature, sds 10-14% too small):
         the run's verdict then says ``not converged: configurational temperature ... <
         0.9 ...``.
     gradient_noise_decay:
