@@ -161,11 +161,14 @@ class Verdict:
         )
 
     @property
+    def not_moving(self) -> bool:
+        """Whether the chains barely move, or do not move at all (constant, apart)."""
+        return self.barely_moving or (self.statistic == "R-hat" and math.isinf(self.longer))
+
+    @property
     def longer_run_helps(self) -> bool:
-        """Whether a longer run is the remedy of an unconverged verdict: not for chains too hot
-        (a smaller step is) nor for chains that barely move (a larger one, in all likelihood)."""
-        frozen = self.statistic == "R-hat" and math.isinf(self.longer)  # chains constant
-        return not (self.statistic == "temperature" or self.barely_moving or frozen)
+        """Whether a longer run is the remedy: not for chains too hot, or that (barely) move."""
+        return not (self.statistic == "temperature" or self.not_moving)
 
     def __str__(self) -> str:
         if self.converged:
@@ -237,8 +240,8 @@ def with_temperatures(
     spread narrower than the posterior. (A chain that has not converged on R-hat or ESS may
     show any temperature: one still arriving, or barely moving, is not at its stationary law.
     A network judged on its outputs is not judged cold: its temperature is measured on
-    weights whose flat directions do not settle, and its chains sampled at 0.3-0.9 of the
-    target on a small regression while they mixed in their outputs.)
+    weights whose flat directions do not settle; a small regression network's chains sampled
+    at 0.06-0.92 of the target with the defaults.)
     """
     verdict = with_hot_chains(verdict, _recorded(attrs, "too_hot_chains", num_chains))
     cold = _recorded(attrs, "too_cold_chains", num_chains)
@@ -431,7 +434,7 @@ def frozen_advice(verdict: Verdict) -> str:
     extrapolating the ESS said "run about 301 times longer". Moving at a constant speed they
     would need the ratio of the two (about 60,000 times longer) to meet, and as a random walk
     its square."""
-    if not (verdict.barely_moving or (verdict.statistic == "R-hat" and math.isinf(verdict.longer))):
+    if not verdict.not_moving:
         return ""
     return (
         "; chains that barely move have a step size far too small for this posterior (a "
