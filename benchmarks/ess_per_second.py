@@ -23,7 +23,9 @@ the largest distance of a posterior mean from NUTS's in Monte Carlo standard err
 largest relative error of a posterior sd -- for (i) against a long Pyro NUTS run, for (ii) and
 (iii) against the Pyro NUTS row of the same run (the standard error then combines both runs').
 SGLD and pSGLD run their default integrator (Leimkuhler and Matthews'); ``SGLD-Euler`` is SGLD
-with ``integrator="euler"`` (Welling and Teh's step, SGLD's default until late on 2026-11-29).
+with ``integrator="euler"`` (Welling and Teh's step, SGLD's default until late on 2026-11-29);
+SGHMC runs its default integrator (BAOAB), ``SGHMC-Euler`` Chen et al.'s step (SGHMC's default
+until 2026-12-06).
 
 NumPyro is optional (``pip install numpyro``): without it its rows are skipped. Pyro runs its
 chains one after the other on a machine with fewer than five cores, and so does NumPyro here
@@ -68,6 +70,7 @@ KERNELS = {
     "SGLD": pyro_sgmcmc.SGLD,
     "SGLD-Euler": functools.partial(pyro_sgmcmc.SGLD, integrator="euler"),
     "SGHMC": pyro_sgmcmc.SGHMC,
+    "SGHMC-Euler": functools.partial(pyro_sgmcmc.SGHMC, integrator="euler"),
     "pSGLD": pyro_sgmcmc.PSGLD,
 }
 

@@ -1,4 +1,4 @@
 """The package's version: the one place it is written (``pyproject.toml`` reads it, through
 hatchling's ``[tool.hatch.version]``)."""
 
-__version__ = "0.3.1"
+__version__ = "0.4.0"

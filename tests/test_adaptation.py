@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 
 import numpy as np
+import pyro
+import pyro.distributions as dist
 import pytest
 import torch
 from pyro.infer import MCMC
@@ -419,3 +421,27 @@ def test_the_site_cap_is_the_median_of_the_coordinates_the_data_reach():
         capped[1, :10], torch.cat([torch.full((9,), 1e-3), torch.tensor([SITE_CAP * 1e-3])])
     )
     torch.testing.assert_close(capped[1, 10:], torch.tensor([1.0, 3.0]))
+
+
+def _normal_mean(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    with pyro.plate("data", y.shape[0]) as rows:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[rows])
+
+
+@pytest.mark.parametrize(
+    ("integrator", "friction", "bound"),
+    [("euler", 1.0, 0.05), ("euler", 0.2, 0.09), ("baoab", 1.0, 0.1), ("baoab", 0.2, 0.1)],
+)
+def test_sghmc_steps_within_the_curvature_bound_of_its_integrator(integrator, friction, bound):
+    """Euler's SGHMC inflates a Gaussian's variance by eH / (2(2 - alpha)): its c_H = 0.1 is
+    scaled by 1 - alpha/2 (at friction 1, Euler's SGLD with its bound 0.05); BAOAB's variance
+    is exact, and keeps c_H. A Normal mean on all 100 rows: the curvature is 100 + 1/100."""
+    y = torch.randn(100, generator=torch.Generator().manual_seed(0))
+    kernel = SGHMC(_normal_mean, friction=friction, integrator=integrator, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplerWarning)
+        result = run_chains(kernel, y, num_chains=2, num_samples=20, target_ess=None)
+    for report in result.chain_reports:
+        step = report["coordinate_step"]["mu"]["median"]
+        assert step * (100 + 1e-2) == pytest.approx(bound, rel=1e-3)

@@ -247,9 +247,10 @@ def test_an_export_without_test_inputs_is_judged_at_the_rows_the_run_judged(tmp_
     the outputs at every row, and ``convergence_report`` judges the rows the run judged, so that
     one file says one verdict (it judged all 150 rows before, R-hat 1.259 against the run's
     1.248 in a user's probe). Asked for the group by name, it judges every row."""
-    generator = torch.Generator().manual_seed(1)
+    generator = torch.Generator().manual_seed(2)
     # rows in random order: the outputs that mix worst (the ends of the inputs' range) are then
-    # at rows the run did not judge
+    # at rows the run did not judge (with this seed; with seed 1 and SGHMC's BAOAB step the
+    # worst output happened to be at a judged row)
     x = torch.linspace(-1, 1, 150)[torch.randperm(150, generator=generator)].unsqueeze(-1)
     y = torch.sin(3 * x.squeeze(-1)) + 0.1 * torch.randn(150, generator=generator)
     kernel = SGHMC(BayesianMLP(1, [8], 1), batch_size=16, num_steps_per_sample=2, seed=0)

@@ -62,6 +62,72 @@ def test_sghmc_with_unit_friction_is_sgld():
         torch.testing.assert_close(sghmc.position[k], sgld.position[k])
 
 
+def test_sghmc_baoab_one_step_exact():
+    eta, alpha, temperature, beta = 0.01, 0.1, 1.5, 0.05
+    momentum = {"a": torch.tensor([0.2, 0.1]), "b": torch.tensor(-0.3)}
+    state = sghmc_init(THETA, momentum)
+    new = sghmc_step(
+        state, GRAD, eta, alpha, temperature, gradient_noise=beta, noise=XI, integrator="baoab"
+    )
+    for k in THETA:
+        kicked = momentum[k] - eta * GRAD[k]
+        noise = math.sqrt(eta * (alpha * (2 - alpha) * temperature - 2 * beta)) * XI[k]
+        v = (1 - alpha) * kicked + noise
+        torch.testing.assert_close(new.momentum[k], v)
+        torch.testing.assert_close(new.position[k], THETA[k] + 0.5 * kicked + 0.5 * v)
+
+
+def test_sghmc_baoab_with_unit_friction_is_leimkuhler_matthews_sgld_of_half_the_step():
+    eta = 0.02
+    generator = torch.Generator().manual_seed(0)
+    draws = [{k: torch.randn(v.shape, generator=generator) for k, v in THETA.items()}
+             for _ in range(3)]  # fmt: skip
+    sghmc, sgld = sghmc_init(THETA), sgld_init(THETA)
+    # BAOAB's first step starts at rest: as Leimkuhler-Matthews's first step, which
+    # injects sqrt(2 eps) xi alone, only if SGLD's first draw is sqrt(2) times BAOAB's
+    sgld = sgld_step(sgld, GRAD, eta / 2, 1.0, noise=draws[0], integrator="leimkuhler_matthews")
+    sghmc = sghmc_step(sghmc, GRAD, eta, 1.0, 1.0, noise=draws[0], integrator="baoab")
+    for k in THETA:
+        # the first steps differ only by SGLD's first noise (sqrt(eta) xi vs sqrt(eta) xi / 2)
+        torch.testing.assert_close(
+            sgld.position[k] - sghmc.position[k], 0.5 * math.sqrt(eta) * draws[0][k]
+        )
+    sgld = sgld._replace(position=dict(sghmc.position))
+    for noise in draws[1:]:
+        gradient = {k: 0.3 * v for k, v in sghmc.position.items()}
+        sghmc = sghmc_step(sghmc, gradient, eta, 1.0, 1.0, noise=noise, integrator="baoab")
+        sgld = sgld_step(
+            sgld, gradient, eta / 2, 1.0, noise=noise, integrator="leimkuhler_matthews"
+        )
+        for k in THETA:
+            torch.testing.assert_close(sghmc.position[k], sgld.position[k])
+
+
+@pytest.mark.parametrize("friction", [0.2, 1.0])
+def test_sghmc_baoab_samples_a_gaussian_exactly_where_euler_is_too_wide(friction):
+    """On N(0, 1/kappa) with eta kappa = 1, BAOAB's positions have the exact variance; Euler's
+    have 1 / (1 - eta kappa / (2 (2 - alpha))) times it (Lyapunov), 1.36 and 2 times here."""
+    eta, kappa, chains, steps = 1.0, 1.0, 20000, 400
+    variances = {}
+    for integrator in ("baoab", "euler"):
+        generator = torch.Generator().manual_seed(3)
+        start = torch.randn(chains, generator=generator, dtype=torch.float64)
+        state = sghmc_init({"x": start})
+        for _ in range(steps):
+            grad = {"x": kappa * state.position["x"]}
+            state = sghmc_step(state, grad, eta, friction, 1.0, generator, integrator=integrator)
+        variances[integrator] = float(state.position["x"].var())
+    standard_error = math.sqrt(2.0 / chains)  # of a Gaussian sample variance, relative
+    assert abs(variances["baoab"] * kappa - 1.0) < 4 * standard_error, variances
+    euler = 1.0 / (1.0 - eta * kappa / (2 * (2 - friction)))
+    assert abs(variances["euler"] * kappa / euler - 1.0) < 4 * standard_error, variances
+
+
+def test_sghmc_integrator_is_checked():
+    with pytest.raises(ValueError, match=r"integrator must be one of \['euler', 'baoab'\]"):
+        sghmc_step(sghmc_init(THETA), GRAD, 0.01, 0.1, integrator="leapfrog")
+
+
 def test_psgld_one_step_exact_and_running_average():
     eps, temperature, n, decay, lam = 1e-3, 1.0, 100, 0.9, 1e-4
     state = psgld_step(

@@ -9,7 +9,7 @@ the kernels in :mod:`pyro_sgmcmc.kernels` adapt these rules to :class:`pyro.infe
 module                     job
 =========================  ===================================================================
 :mod:`.sgld`               SGLD (Welling & Teh, 2011)
-:mod:`.sghmc`              SGHMC with friction (Chen, Fox & Guestrin, 2014)
+:mod:`.sghmc`              SGHMC with friction (Chen et al. 2014): Euler's or BAOAB's step
 :mod:`.psgld`              pSGLD with an RMSprop diagonal (Li et al., 2016)
 :mod:`.sgd`                constant-rate SGD as a sampler (Mandt, Hoffman & Blei, 2017)
 :mod:`.metric`             a constant dense preconditioner for the rules

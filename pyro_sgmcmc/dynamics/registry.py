@@ -39,9 +39,11 @@ from .psgld import (
 )
 from .sgd import SGDState, partial_momentum_refresh, sgd_init, sgd_step
 from .sghmc import (
+    DEFAULT_SGHMC_INTEGRATOR,
     GradientNoiseEstimate,
     SGHMCConstants,
     SGHMCState,
+    check_sghmc_integrator,
     sghmc_constants,
     sghmc_init,
     sghmc_step,
@@ -225,6 +227,7 @@ class SGHMCOptions:
     resample_momentum_every: int | None = None
     momentum_persistence: float = 0.0
     adapt_friction: bool = False
+    integrator: str = DEFAULT_SGHMC_INTEGRATOR
 
     def __post_init__(self) -> None:
         friction = check_interval("friction", self.friction, 0, 1, low_open=True)
@@ -240,6 +243,7 @@ class SGHMCOptions:
             "gradient_noise_decay", self.gradient_noise_decay, 0.0, 1.0, high_open=True
         )
         object.__setattr__(self, "gradient_noise_decay", decay)
+        check_sghmc_integrator(self.integrator)
         if self.resample_momentum_every is not None:
             every = check_positive_int("resample_momentum_every", self.resample_momentum_every)
             object.__setattr__(self, "resample_momentum_every", every)
@@ -323,7 +327,7 @@ def _sghmc_step(
     def constants() -> SGHMCConstants:
         return sghmc_constants(
             state.position, inputs.step_size, friction, inputs.temperature, beta,
-            inputs.preconditioner,
+            inputs.preconditioner, options.integrator,
         )  # fmt: skip
 
     new = sghmc_step(
@@ -337,6 +341,7 @@ def _sghmc_step(
         preconditioner=inputs.preconditioner,
         # an estimated gradient noise changes at every step, and the constants with it
         constants=constants() if estimating else inputs.derived("sghmc", constants),
+        integrator=options.integrator,
     )._replace(noise_estimate=estimate)
     every = options.resample_momentum_every
     if every is not None and inputs.step % every == 0:

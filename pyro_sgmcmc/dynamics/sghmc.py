@@ -12,10 +12,18 @@ from ._common import (
     TensorDict,
     check_rule_arguments,
     entry,
+    is_scalar,
     noise_stds,
     resolve_noise,
 )
+from .metric import DenseMetric
 from .sgld import preconditioned_move
+
+#: The integrators of SGHMC's dynamics that :func:`sghmc_step` offers.
+SGHMC_INTEGRATORS = ("euler", "baoab")
+
+#: The integrator the kernel uses when none is given (the pure rule keeps ``"euler"``).
+DEFAULT_SGHMC_INTEGRATOR = "baoab"
 
 
 class GradientNoiseEstimate(NamedTuple):
@@ -54,11 +62,25 @@ def sghmc_constants(
     temperature: float,
     gradient_noise: float | Mapping[str, torch.Tensor],
     preconditioner: Mapping[str, torch.Tensor] | None,
+    integrator: str = "euler",
 ) -> SGHMCConstants:
-    """The :class:`SGHMCConstants` of :func:`sghmc_step`'s arguments (for the sites of
-    ``position``)."""
-    stds = noise_stds(position, step_size, friction * temperature, gradient_noise, preconditioner)
+    r"""The :class:`SGHMCConstants` of :func:`sghmc_step`'s arguments (for the sites of
+    ``position``). Euler's step injects :math:`2\eta P(\alpha T - \hat\beta)`, the BAOAB
+    step's friction the exact :math:`\eta P(\alpha(2 - \alpha) T - 2\hat\beta)` of
+    :math:`v \mapsto (1-\alpha) v` with :math:`v \sim \mathcal N(0, \eta T P)`."""
+    check_sghmc_integrator(integrator)
+    budget = friction * temperature
+    if integrator == "baoab":
+        budget = budget * (1.0 - 0.5 * friction)
+    stds = noise_stds(position, step_size, budget, gradient_noise, preconditioner)
     return SGHMCConstants(1.0 - friction, stds)
+
+
+def check_sghmc_integrator(integrator: str) -> str:
+    """``integrator`` if it is one of :data:`SGHMC_INTEGRATORS`; else a message naming them."""
+    if integrator not in SGHMC_INTEGRATORS:
+        raise ValueError(f"integrator must be one of {list(SGHMC_INTEGRATORS)}, got {integrator!r}")
+    return integrator
 
 
 def sghmc_init(
@@ -83,6 +105,7 @@ def sghmc_step(
     noise: Mapping[str, torch.Tensor] | None = None,
     preconditioner: Mapping[str, torch.Tensor] | None = None,
     constants: SGHMCConstants | None = None,
+    integrator: str = "euler",
 ) -> SGHMCState:
     r"""One SGHMC step in the :math:`(\eta, \alpha)` parameterisation of Chen et al. (eq. 15).
 
@@ -106,6 +129,24 @@ def sghmc_step(
     new momentum (semi-implicit Euler), which is Chen et al.'s Algorithm 2 shifted by half a step
     and needs one gradient per step. With ``friction = 1`` the update reduces to SGLD with
     step size :math:`\eta`.
+
+    **BAOAB** (``integrator="baoab"``, Leimkuhler and Matthews 2013; the kernel's default) splits
+    the step into a kick, half a drift, the friction with its noise, and half a drift:
+
+    .. math::
+
+        v' &= v_t - \eta P \nabla \tilde U(\theta_t), \qquad
+        \theta' = \theta_t + \tfrac12 v', \\
+        v_{t+1} &= (1 - \alpha)\, v' + \sqrt{\eta P\, (\alpha(2 - \alpha) T - 2\hat\beta)_+}
+                   \;\xi_t, \qquad \theta_{t+1} = \theta' + \tfrac12 v_{t+1}.
+
+    The kick is BAOAB's closing half kick of the last step and opening half kick of this one,
+    both with this gradient (the state's momentum is the one before the closing half), so the
+    step also needs one gradient. The friction step maps :math:`\mathcal N(0, \eta T P)` to
+    itself exactly. On a Gaussian the positions' stationary variance is exact,
+    :math:`T/\kappa`, at any friction and step with :math:`\eta\kappa < 4`, where Euler's is
+    :math:`T / (\kappa (1 - \eta\kappa / (2(2 - \alpha))))`; with ``friction = 1`` BAOAB is
+    the Leimkuhler-Matthews SGLD (:func:`~.sgld_step`) with step size :math:`\eta / 2`.
 
     **Stationary distribution.** For :math:`\eta \to 0` the position samples
     :math:`\pi_T(\theta) \propto \exp(-U(\theta)/T)` (``T = 1`` is the posterior) and
@@ -140,20 +181,28 @@ def sghmc_step(
     constants:
         :func:`sghmc_constants` of these arguments, computed once for many steps with the same
         settings (a sampler's frozen settings); computed here when ``None``.
+    integrator:
+        ``"euler"`` (default, the update above) or ``"baoab"``.
 
     References
     ----------
     T. Chen, E. B. Fox and C. Guestrin, "Stochastic gradient Hamiltonian Monte Carlo",
     ICML 2014.
+
+    B. Leimkuhler and C. Matthews, "Rational construction of stochastic numerical methods for
+    molecular sampling", Applied Mathematics Research eXpress 2013(1), 2013.
     """
     check_rule_arguments(step_size=step_size, friction=friction, temperature=temperature)
     position, momentum = state.position, state.momentum
     if constants is None:
         constants = sghmc_constants(
-            position, step_size, friction, temperature, gradient_noise, preconditioner
-        )
+            position, step_size, friction, temperature, gradient_noise, preconditioner,
+            integrator,
+        )  # fmt: skip
     stds = constants.noise_std
     xi = None if stds is None else resolve_noise(position, generator, noise)
+    if integrator == "baoab":
+        return _baoab_step(state, gradient, step_size, preconditioner, constants, xi)
     new_position, new_momentum = {}, {}
     for name, theta in position.items():
         # v is an SGLD move that starts from (1 - alpha) v: the same fused update
@@ -195,3 +244,46 @@ def update_gradient_noise_estimate(
         )
         mean[name] = new_mean
     return GradientNoiseEstimate(mean, variance, estimate.count + 1)
+
+
+def _baoab_step(
+    state: SGHMCState,
+    gradient: Mapping[str, torch.Tensor],
+    step_size: StepSize,
+    preconditioner: Mapping[str, torch.Tensor] | None,
+    constants: SGHMCConstants,
+    xi: Mapping[str, torch.Tensor] | None,
+) -> SGHMCState:
+    r"""The BAOAB step of :func:`sghmc_step`: a whole kick, half a drift, the friction and
+    its noise, half a drift (the state's momentum waits for the next step's first half kick).
+    The two half drifts are fused: :math:`\theta_{t+1} = \theta_t + \tfrac12 (2 - \alpha) v'
+    + \tfrac12 s \xi_t`."""
+    stds, decay = constants.noise_std, constants.decay
+    drift = 0.5 * (1.0 + decay)
+    new_position, new_momentum = {}, {}
+    for name, theta in state.position.items():
+        kicked = preconditioned_move(
+            state.momentum[name], gradient[name], step_size, entry(preconditioner, name),
+            None, None,
+        )  # fmt: skip
+        if xi is None:
+            new_momentum[name] = kicked * decay
+            new_position[name] = theta + drift * kicked
+            continue
+        noise = _scaled_noise(stds[name], xi[name], entry(preconditioner, name))
+        if is_scalar(decay):
+            new_momentum[name] = torch.add(noise, kicked, alpha=decay)
+            new_position[name] = theta.add(kicked, alpha=drift).add_(noise, alpha=0.5)
+        else:
+            new_momentum[name] = noise + decay * kicked
+            new_position[name] = theta + drift * kicked + 0.5 * noise
+    return SGHMCState(new_position, new_momentum, state.noise_estimate)
+
+
+def _scaled_noise(
+    std: StepSize, xi: torch.Tensor, preconditioner: torch.Tensor | DenseMetric | None
+) -> torch.Tensor:
+    r""":math:`s P^{1/2} \xi` from ``std`` (see :func:`~.sgld.preconditioned_move`)."""
+    if isinstance(preconditioner, DenseMetric):
+        xi = preconditioner.apply_root(xi)
+    return std * xi

@@ -60,7 +60,9 @@ matrix.
    biased.
 
 The bounds are :math:`c_H = 0.05` for SGLD and pSGLD with Euler's step (variance bias
-:math:`\le 2.5\%` per coordinate), :math:`0.1` for SGHMC (bias about :math:`c_H/4`),
+:math:`\le 2.5\%` per coordinate), :math:`0.1` for SGHMC (BAOAB, its default, is exact on
+Gaussians; Euler's SGHMC has the bias :math:`eH / (2(2 - \alpha))`, and its :math:`c_H`,
+:math:`c_\lambda` are scaled by :math:`1 - \alpha/2` to hold it at :math:`c_H/4`),
 :math:`c_V = 0.1`, :math:`c_\lambda = 0.2` (Euler's SGLD, pSGLD) or :math:`0.4` (SGHMC); SGLD and
 pSGLD with their default, the Leimkuhler-Matthews integrator, exact on Gaussians, take
 :math:`c_H = 0.5` and :math:`c_\lambda = 0.4` (:data:`LEIMKUHLER_MATTHEWS_BOUNDS`). pSGLD's
@@ -135,7 +137,8 @@ BOOST_GROWTH, BOOST_DECAY, BOOST_MAX = 1.1, 0.7, 3.0
 #: ... while the running mean of its gradient exceeds this fraction of its RMS.
 BOOST_SIGNAL = 0.5
 #: Per rule, the bound :math:`c_H` on :math:`e_i H_{ii}` for the per-coordinate step
-#: :math:`e_i = h P_i` (SGLD's variance bias is :math:`e H / 2`, SGHMC's about :math:`e H / 4`).
+#: :math:`e_i = h P_i` (SGLD's variance bias is :math:`e H / 2`, Euler's SGHMC's
+#: :math:`e H / (2(2 - \alpha))`, BAOAB's none on a Gaussian).
 CURVATURE_BOUND = {"sgld": 0.05, "psgld": 0.05, "sghmc": 0.1}
 #: The bound :math:`c_V` on the gradient noise's share :math:`e_i V_i / (b T)` of the injected
 #: noise (:math:`b = 1`, or SGHMC's friction :math:`\alpha`): for sampling, and (larger) for
@@ -423,6 +426,20 @@ class AdaptiveControl(StepControl):
             return 1.0
         return self.options.friction if self.friction is None else self.friction
 
+    def _friction_factor(self) -> float | torch.Tensor:
+        r"""For SGHMC with Euler's integrator :math:`1 - \alpha / 2` (per chain once its
+        friction is adapted), else ``1``: the factor of :math:`c_H` and :math:`c_\lambda` that
+        holds its variance bias :math:`eH / (2(2 - \alpha))` at :math:`c_H / 4` whatever its
+        friction (at :math:`\alpha = 1` it is Euler's SGLD, and gets its bounds). BAOAB's
+        variance is exact on a Gaussian at any friction."""
+        if self.algorithm != "sghmc" or self.options.integrator != "euler":
+            return 1.0
+        return 1.0 - 0.5 * self._budget()
+
+    def _curvature_limit(self) -> float | torch.Tensor:
+        """:math:`c_H` times :meth:`_friction_factor`."""
+        return self.curvature_bound * self._friction_factor()
+
     def _descent_scale(self) -> float:
         """``lr`` as a step size: RMSprop steps move each coordinate by ``step``, heavy-ball
         steps by ``step / friction``, pSGLD's steps (gradient per datum) by ``step * N``."""
@@ -618,7 +635,7 @@ class AdaptiveControl(StepControl):
         plain, controlled = self.pair_sum[0] / count, self.pair_sum[1] / count
         tiny = torch.finfo(plain.dtype).tiny
         budget = NOISE_BOUND * self._budget() * self.temperature
-        curvature = self.curvature_bound / self.curvature.clamp_min(tiny)
+        curvature = self._curvature_limit() / self.curvature.clamp_min(tiny)
         allowed = [
             torch.minimum(curvature, budget / noise.clamp_min(tiny))
             for noise in (plain, controlled)
@@ -668,7 +685,7 @@ class AdaptiveControl(StepControl):
             self._dense_metric(bound)
         else:
             allowed = torch.minimum(
-                self.curvature_bound / curvature.clamp_min(tiny),
+                self._curvature_limit() / curvature.clamp_min(tiny),
                 bound * self._budget() * self.temperature / noise.clamp_min(tiny),
             )
             allowed = self._site_cap(engine, allowed, noise)
@@ -712,7 +729,7 @@ class AdaptiveControl(StepControl):
             )
         tiny = torch.finfo(noise.dtype).tiny
         limit = bound * self._budget() * self.temperature / noise.clamp_min(tiny)
-        scale = limit.clamp_max(self.curvature_bound) / self.curvature_bound
+        scale = limit.clamp_max(self._curvature_limit()) / self.curvature_bound
         self.metric = DenseMetric(
             base.matrix * scale.unsqueeze(-1), base.root * scale.sqrt().unsqueeze(-1)
         )
@@ -760,7 +777,7 @@ class AdaptiveControl(StepControl):
         top, self.direction = _power_iteration(
             engine, apply_root, deviation, self.direction, POWER_ITERATIONS
         )
-        limit = self.stability_bound / top.clamp_min(tiny)
+        limit = self.stability_bound * self._friction_factor() / top.clamp_min(tiny)
         self.step = torch.where(top > 0, torch.minimum(self.step, limit), self.step)
 
     @staticmethod
