@@ -5,7 +5,8 @@ cover the three data-plate idioms:
 
 (a) the plate sized from the data, ``obs=y`` (``BayesianRegression``, ``DocsBNN``,
     ``WeightsInsidePlate``);
-(b) the plate indexed by its indices, ``obs=y[idx]`` (``varying_intercepts``);
+(b) the plate indexed by its indices, ``obs=y[idx]`` (``varying_intercepts``,
+    ``eight_schools``);
 (c) the plate subsampling itself, ``subsample_size=`` (``logistic_regression``).
 """
 
@@ -130,3 +131,20 @@ def grouped_data(
     intercepts = 1.0 + 0.8 * torch.randn(num_groups, generator=generator)
     y = intercepts[group] + 0.7 * torch.randn(n, generator=generator)
     return group, num_groups, y
+
+
+#: Rubin's eight schools: the estimated effects and their standard errors.
+SCHOOLS_Y = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+SCHOOLS_SIGMA = torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+
+def eight_schools(sigma, y=None):
+    """Rubin's eight schools, non-centred (idiom (b)), written as the refusal of a latent
+    inside the data plate says: the schools' ``eta`` in a plate of its own, indexed by the data
+    plate's rows."""
+    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
+    with pyro.plate("schools", 8):
+        eta = pyro.sample("eta", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", 8) as idx:
+        pyro.sample("obs", dist.Normal(mu + tau * eta[idx], sigma[idx]), obs=y[idx])

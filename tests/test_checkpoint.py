@@ -22,6 +22,7 @@ from pyro_sgmcmc.inference.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from pyro_sgmcmc.inference.checkpoint_files import check_signature
 from pyro_sgmcmc.inference.schedules import CyclicalCosine
 
 
@@ -473,3 +474,18 @@ def test_kernel_state_dict_round_trip_and_refusals():
         other.load_state_dict(state)
     with pytest.raises(CheckpointError, match="signature"):
         fresh.load_state_dict({"num_draws": 1})
+
+
+def test_an_sghmc_checkpoint_from_before_its_integrator_option_ran_euler():
+    """Checkpoints of SGHMC written before 0.4.0 have no ``integrator`` entry: they ran Chen et
+    al.'s Euler step, so ``integrator="euler"`` continues them and the new default is refused
+    by name."""
+    saved = {"kernel": "SGHMC", "config": {"friction": "0.05"}}
+
+    def current(integrator: str) -> dict:
+        return {"kernel": "SGHMC", "config": {"friction": "0.05", "integrator": integrator}}
+
+    check_signature(saved, current("'euler'"))
+    message = r"config\.integrator: saved \"'euler'\", now \"'baoab'\""
+    with pytest.raises(CheckpointError, match=message):
+        check_signature(saved, current("'baoab'"))

@@ -71,7 +71,8 @@ def test_sghmc_baoab_one_step_exact():
     )
     for k in THETA:
         kicked = momentum[k] - eta * GRAD[k]
-        noise = math.sqrt(eta * (alpha * (2 - alpha) * temperature - 2 * beta)) * XI[k]
+        injected = alpha * (2 - alpha) * temperature - (2 - alpha) ** 2 * beta / 2
+        noise = math.sqrt(eta * injected) * XI[k]
         v = (1 - alpha) * kicked + noise
         torch.testing.assert_close(new.momentum[k], v)
         torch.testing.assert_close(new.position[k], THETA[k] + 0.5 * kicked + 0.5 * v)
@@ -106,7 +107,7 @@ def test_sghmc_baoab_with_unit_friction_is_leimkuhler_matthews_sgld_of_half_the_
 @pytest.mark.parametrize("friction", [0.2, 1.0])
 def test_sghmc_baoab_samples_a_gaussian_exactly_where_euler_is_too_wide(friction):
     """On N(0, 1/kappa) with eta kappa = 1, BAOAB's positions have the exact variance; Euler's
-    have 1 / (1 - eta kappa / (2 (2 - alpha))) times it (Lyapunov), 1.36 and 2 times here."""
+    have 1 / (1 - eta kappa / (2 (2 - alpha))) times it (Lyapunov), 1.385 and 2 times here."""
     eta, kappa, chains, steps = 1.0, 1.0, 20000, 400
     variances = {}
     for integrator in ("baoab", "euler"):
@@ -121,6 +122,25 @@ def test_sghmc_baoab_samples_a_gaussian_exactly_where_euler_is_too_wide(friction
     assert abs(variances["baoab"] * kappa - 1.0) < 4 * standard_error, variances
     euler = 1.0 / (1.0 - eta * kappa / (2 * (2 - friction)))
     assert abs(variances["euler"] * kappa / euler - 1.0) < 4 * standard_error, variances
+
+
+@pytest.mark.parametrize(("friction", "eta", "variance"), [(1.0, 0.05, 10.0), (0.5, 0.1, 4.0)])
+def test_sghmc_baoab_subtracts_the_gradient_noise_it_is_told(friction, eta, variance):
+    """N(0, 1) sampled with gradients of noise variance V and gradient_noise = eta V / 2: BAOAB
+    subtracts (2 - alpha)^2 / 2 of it from the friction step's noise, and the positions keep
+    the exact variance (1.0016 and 1.008 by Lyapunov; 0.63 and 0.77 subtracting 2 beta; 1.13 and
+    1.15 subtracting nothing). The friction is a tensor, one per chain."""
+    chains, steps = 20000, 600
+    generator = torch.Generator().manual_seed(4)
+    state = sghmc_init({"x": torch.randn(chains, generator=generator, dtype=torch.float64)})
+    alpha = torch.full((chains,), friction, dtype=torch.float64)
+    for _ in range(steps):
+        x = state.position["x"]
+        noisy = x + math.sqrt(variance) * torch.randn(chains, generator=generator, dtype=x.dtype)
+        state = sghmc_step(state, {"x": noisy}, eta, alpha, 1.0, generator,
+                           gradient_noise=eta * variance / 2, integrator="baoab")  # fmt: skip
+    standard_error = math.sqrt(2.0 / chains)
+    assert abs(float(state.position["x"].var()) - 1.0) < 4 * standard_error + 0.01
 
 
 def test_sghmc_integrator_is_checked():

@@ -10,6 +10,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from pyro_tutorial_models import SCHOOLS_SIGMA, SCHOOLS_Y, eight_schools
 from stats_helpers import assert_mean_close
 
 from pyro_sgmcmc import SGHMC, run_chains
@@ -223,19 +224,6 @@ def test_a_run_that_started_again_resumes_bit_for_bit(grouped, tmp_path, monkeyp
     assert float(reference["tau"].mean(1).min()) > 0.08  # it did start again
 
 
-SCHOOLS_Y = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-SCHOOLS_SIGMA = torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
-
-
-def eight_schools(y, sigma):
-    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
-    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
-    with pyro.plate("schools", 8):
-        eta = pyro.sample("eta", dist.Normal(0.0, 1.0))
-    with pyro.plate("data", 8) as rows:
-        pyro.sample("obs", dist.Normal(mu + tau * eta[rows], sigma[rows]), obs=y[rows])
-
-
 def _exact_schools_tau() -> tuple[float, float]:
     """Posterior mean and sd of ``tau`` by quadrature: given tau, ``y`` is Gaussian with
     covariance ``diag(sigma^2 + tau^2) + 25``, mu and eta integrated out."""
@@ -259,8 +247,8 @@ def test_sghmc_samples_the_eight_schools_on_half_batches_with_the_defaults():
     mean_tau, sd_tau = _exact_schools_tau()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = run_chains(SGHMC(eight_schools, batch_size=4, seed=0), SCHOOLS_Y,
-                            SCHOOLS_SIGMA, num_chains=4, num_samples=1000)  # fmt: skip
+        result = run_chains(SGHMC(eight_schools, batch_size=4, seed=0), SCHOOLS_SIGMA,
+                            SCHOOLS_Y, num_chains=4, num_samples=1000)  # fmt: skip
     assert result.verdict.converged, result.verdict
     tau = result.samples["tau"].double().numpy()
     assert_mean_close(tau[..., None], np.array([mean_tau]))

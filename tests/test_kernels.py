@@ -12,6 +12,7 @@ import pytest
 import torch
 from pyro.infer import MCMC
 from pyro.infer.autoguide import init_to_uniform
+from pyro_tutorial_models import SCHOOLS_SIGMA, SCHOOLS_Y, eight_schools
 from stats_helpers import (
     ConjugateLinearRegression,
     TraceOnly,
@@ -540,27 +541,12 @@ def test_models_breaking_the_contract_are_refused(model, message):
         _run(SGLD(model, step_size=1e-3, batch_size=10), torch.randn(40), num_samples=1)
 
 
-_SCHOOLS_Y = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-_SCHOOLS_SIGMA = torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
-
-
-def _eight_schools(sigma, y=None):
-    """Rubin's eight schools, non-centred, written as the refusal of a latent inside the data
-    plate says: the schools' ``eta`` in a plate of its own, indexed by the data plate's rows."""
-    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
-    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
-    with pyro.plate("schools", 8):
-        eta = pyro.sample("eta", dist.Normal(0.0, 1.0))
-    with pyro.plate("data", 8) as idx:
-        pyro.sample("obs", dist.Normal(mu + tau * eta[idx], sigma[idx]), obs=y[idx])
-
-
 def test_eight_schools_written_as_the_refusal_says_runs_and_converges():
     """Exact posterior means (quadrature over tau, the rest Gaussian): mu 4.40 (sd 3.32), tau
     3.60. A converged run of 4 chains has a bulk ESS of at least 400, so mu's mean is held to 4
     of its Monte Carlo standard errors; tau's heavy tail makes its error large: a loose range."""
-    result = run_chains(SGHMC(_eight_schools, batch_size=4, seed=0), _SCHOOLS_SIGMA,
-                        _SCHOOLS_Y, num_chains=4, num_samples=500, warmup_steps=200)  # fmt: skip
+    result = run_chains(SGHMC(eight_schools, batch_size=4, seed=0), SCHOOLS_SIGMA,
+                        SCHOOLS_Y, num_chains=4, num_samples=500, warmup_steps=200)  # fmt: skip
     assert result.verdict.converged
     mu = result.samples["mu"]
     assert abs(float(mu.mean()) - 4.40) < 4 * float(mu.std()) / math.sqrt(400)

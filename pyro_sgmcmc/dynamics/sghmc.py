@@ -51,8 +51,10 @@ class SGHMCConstants(NamedTuple):
     r""":math:`1 - \alpha`, the share of the momentum a step keeps."""
     noise_std: dict[str, StepSize] | None
     r"""Per site, the factor of the standard normal draw,
-    :math:`\sqrt{2\eta\,(\alpha T - \hat\beta)_+}` times :math:`P^{1/2}` for a diagonal
-    :math:`P` (``noise_stds``); ``None``: the step injects no noise."""
+    :math:`\sqrt{2\eta\,(\alpha T - \hat\beta)_+}` (Euler's step; BAOAB's
+    :math:`\sqrt{\eta\,(\alpha(2 - \alpha) T - (2 - \alpha)^2\hat\beta / 2)_+}`) times
+    :math:`P^{1/2}` for a diagonal :math:`P` (``noise_stds``); ``None``: the step injects no
+    noise."""
 
 
 def sghmc_constants(
@@ -65,13 +67,23 @@ def sghmc_constants(
     integrator: str = "euler",
 ) -> SGHMCConstants:
     r"""The :class:`SGHMCConstants` of :func:`sghmc_step`'s arguments (for the sites of
-    ``position``). Euler's step injects :math:`2\eta P(\alpha T - \hat\beta)`, the BAOAB
-    step's friction the exact :math:`\eta P(\alpha(2 - \alpha) T - 2\hat\beta)` of
-    :math:`v \mapsto (1-\alpha) v` with :math:`v \sim \mathcal N(0, \eta T P)`."""
+    ``position``). Euler's step injects :math:`2\eta P(\alpha T - \hat\beta)`; BAOAB's friction
+    step :math:`\eta P \alpha(2 - \alpha) T`, which keeps :math:`v \sim \mathcal N(0, \eta T P)`
+    exactly under :math:`v \mapsto (1-\alpha) v`, less the gradient noise's share
+    :math:`\eta P (2 - \alpha)^2 \hat\beta / 2`."""
     check_sghmc_integrator(integrator)
     budget = friction * temperature
     if integrator == "baoab":
         budget = budget * (1.0 - 0.5 * friction)
+        # the kick moves the position by (2 - alpha)/2 of the gradient's noise and the friction
+        # keeps 1 - alpha of it: over many steps the position diffuses as with
+        # eta P (2 - alpha)^2 V / 2 more injected variance (at alpha = 1 the Leimkuhler-Matthews
+        # SGLD's correction), so (2 - alpha)^2 / 4 of beta is subtracted
+        share = 0.25 * (2.0 - friction) ** 2
+        if is_scalar(gradient_noise):
+            budget, gradient_noise = budget - share * gradient_noise, 0.0
+        else:
+            gradient_noise = {name: share * beta for name, beta in gradient_noise.items()}
     stds = noise_stds(position, step_size, budget, gradient_noise, preconditioner)
     return SGHMCConstants(1.0 - friction, stds)
 
@@ -137,7 +149,8 @@ def sghmc_step(
 
         v' &= v_t - \eta P \nabla \tilde U(\theta_t), \qquad
         \theta' = \theta_t + \tfrac12 v', \\
-        v_{t+1} &= (1 - \alpha)\, v' + \sqrt{\eta P\, (\alpha(2 - \alpha) T - 2\hat\beta)_+}
+        v_{t+1} &= (1 - \alpha)\, v'
+                   + \sqrt{\eta P\, (\alpha(2 - \alpha) T - (2 - \alpha)^2\hat\beta/2)_+}
                    \;\xi_t, \qquad \theta_{t+1} = \theta' + \tfrac12 v_{t+1}.
 
     The kick is BAOAB's closing half kick of the last step and opening half kick of this one,
@@ -151,9 +164,10 @@ def sghmc_step(
     **Stationary distribution.** For :math:`\eta \to 0` the position samples
     :math:`\pi_T(\theta) \propto \exp(-U(\theta)/T)` (``T = 1`` is the posterior) and
     :math:`v \sim \mathcal N(0, \eta T P)`. A constant :math:`P` needs no correction term. With a
-    finite step size the bias is :math:`O(\eta)` (for a Gaussian of curvature :math:`\kappa` in the
-    preconditioned coordinates the position variance is about :math:`(1 + \eta\kappa/4)\, T/\kappa`
-    for small friction); no Metropolis-Hastings correction is made.
+    finite step size Euler's bias is :math:`O(\eta)` (for a Gaussian of curvature :math:`\kappa` in
+    the preconditioned coordinates the position variance is about :math:`(1 + \eta\kappa/4)\,
+    T/\kappa` for small friction; BAOAB's is exact, below); no Metropolis-Hastings correction is
+    made.
 
     Parameters
     ----------
@@ -193,6 +207,7 @@ def sghmc_step(
     molecular sampling", Applied Mathematics Research eXpress 2013(1), 2013.
     """
     check_rule_arguments(step_size=step_size, friction=friction, temperature=temperature)
+    check_sghmc_integrator(integrator)
     position, momentum = state.position, state.momentum
     if constants is None:
         constants = sghmc_constants(

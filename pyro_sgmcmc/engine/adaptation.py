@@ -968,14 +968,16 @@ class AdaptiveControl(StepControl):
     def _mixing_rate(self, engine: EngineView) -> torch.Tensor | None:
         r"""``(C, D)``: per coordinate, the step of the overdamped Langevin dynamics the rule
         follows, :math:`e_i = h P_i` (SGHMC: :math:`e_i / \alpha`, its position moves as
-        Langevin dynamics with that step); a coordinate's autocorrelation time is inversely
-        proportional to it."""
+        Langevin dynamics with that step; with BAOAB :math:`e_i (1 - \alpha/2) / \alpha`); a
+        coordinate's autocorrelation time is inversely proportional to it."""
         unit = self.unit_step(engine)
         if unit is None:
             return None
         rate = self.step * unit
         if self.algorithm == "sghmc":
             rate = rate / self._budget()
+            if self.options.integrator == "baoab":  # its position moves 1 - alpha/2 as far
+                rate = rate * (1.0 - 0.5 * self._budget())
         return rate
 
     def mixing_slowdown(self, engine: EngineView) -> torch.Tensor | None:

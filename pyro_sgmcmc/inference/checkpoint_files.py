@@ -417,17 +417,32 @@ def _where_saved(storage: Any, location: str) -> Any:
 _ADDED_ENTRIES = frozenset({"model_log_density"})
 
 
+#: Per kernel, options newer than some checkpoints, with the value the runs that wrote them
+#: had (SGHMC's integrator arrived in 0.4.0; its step was Euler's before).
+_ADDED_OPTIONS = {"SGHMC": {"integrator": "'euler'"}}
+
+
 def check_signature(saved: Any, current: Mapping[str, Any]) -> None:
     """Refuse a saved run whose signature (kernel class, settings, model's sites, data size)
     differs from the current one, naming each difference (:class:`CheckpointError`)."""
     if isinstance(saved, Mapping):  # entries added since a checkpoint was written are not asked
         current = {k: v for k, v in current.items() if k in saved or k not in _ADDED_ENTRIES}
+        saved = _with_added_options(saved)
     differences = _differences(saved, current) if isinstance(saved, Mapping) else ["signature"]
     if differences:
         raise CheckpointError(
             "the saved state belongs to another kernel or model and cannot be continued "
             "here: " + "; ".join(differences)
         )
+
+
+def _with_added_options(saved: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``saved`` with the options of :data:`_ADDED_OPTIONS` it lacks set to what it ran."""
+    added = _ADDED_OPTIONS.get(saved.get("kernel"), {})
+    config = saved.get("config")
+    if not added or not isinstance(config, Mapping):
+        return saved
+    return {**saved, "config": {**added, **config}}
 
 
 def _differences(saved: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list:

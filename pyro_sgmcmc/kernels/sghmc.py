@@ -22,7 +22,8 @@ class SGHMC(StochasticGradientKernel):
 
         v' &= v_t - \eta_t \nabla \tilde U(\theta_t), \qquad
         \theta' = \theta_t + \tfrac12 v', \\
-        v_{t+1} &= (1 - \alpha)\, v' + \sqrt{\eta_t (\alpha (2 - \alpha) T - 2\hat\beta)_+}
+        v_{t+1} &= (1 - \alpha)\, v'
+                   + \sqrt{\eta_t (\alpha (2 - \alpha) T - (2 - \alpha)^2\hat\beta / 2)_+}
                    \; \xi_t, \qquad
         \theta_{t+1} = \theta' + \tfrac12 v_{t+1}, \qquad \xi_t \sim \mathcal N(0, I),
 
@@ -75,9 +76,11 @@ class SGHMC(StochasticGradientKernel):
         :math:`v \leftarrow a v + \sqrt{1 - a^2}\,\sqrt{\eta T}\,\xi`
         (:func:`~pyro_sgmcmc.dynamics.partial_momentum_refresh`), which leaves the momentum's
         stationary law :math:`\mathcal N(0, \eta T I)` invariant. The friction step is itself
-        such a refresh to first order: :math:`(1-\alpha) v + \mathcal N(0, 2\alpha\eta T)` has
-        persistence :math:`a = 1 - \alpha` and fresh variance
-        :math:`2\alpha \approx 1 - (1-\alpha)^2`; explicit refreshes add mixing on top of it.
+        such a refresh, with persistence :math:`a = 1 - \alpha`: exactly in BAOAB (fresh
+        variance :math:`\alpha(2 - \alpha) = 1 - (1-\alpha)^2`), to first order in Euler's step
+        (:math:`2\alpha`); explicit refreshes add mixing on top of it. BAOAB's stored momentum
+        is correlated with the position (the last half drift used it), so a refresh between
+        steps perturbs its exact Gaussian variance a little (a few percent on a Gaussian).
     momentum_persistence:
         :math:`a \in [0, 1)`: ``0`` (default) draws a fresh momentum, values near 1 refresh
         partially (Horowitz).
