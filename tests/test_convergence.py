@@ -397,11 +397,16 @@ def test_the_warmup_chooses_each_chains_thinning_and_reports_it(y):
     ]
 
 
-def test_the_thinning_scales_with_how_much_slower_the_frozen_settings_mix():
+@pytest.mark.parametrize(
+    ("integrator", "slower"), [("euler", 1.0 / 0.3), ("baoab", (1 - 0.15) / 0.3 / 0.5)]
+)
+def test_the_thinning_scales_with_how_much_slower_the_frozen_settings_mix(integrator, slower):
     """The last warm-up window's end re-estimates the step and SGHMC's friction; the thinning
-    measured over that window is scaled by the slowdown of the overdamped step e / friction."""
+    measured over that window is scaled by the slowdown of the overdamped step e / friction
+    (with BAOAB e (1 - friction / 2) / friction: its position moves 1 - friction / 2 as far)."""
     like = torch.zeros(2, 3)
-    control = AdaptiveControl("sghmc", SGHMCOptions(), 1.0, 100, 400, like, dense=False)
+    options = SGHMCOptions(integrator=integrator)
+    control = AdaptiveControl("sghmc", options, 1.0, 100, 400, like, dense=False)
     control.fisher = torch.tensor([[1.0, 2.0, 4.0], [1.0, 1.0, 1.0]])
     control.step = torch.tensor([[0.1], [0.1]])
     control.friction = torch.tensor([[0.3], [0.5]])
@@ -409,13 +414,13 @@ def test_the_thinning_scales_with_how_much_slower_the_frozen_settings_mix():
     control.friction = torch.tensor([[1.0], [0.5]])  # chain 0: three times the friction
     control.fisher = torch.tensor([[1.0, 2.0, 4.0], [1.0, 0.5, 1.0]])  # chain 1: a halved step
     slowdown = control.mixing_slowdown(None)
-    assert slowdown.flatten().tolist() == pytest.approx([1.0 / 0.3, 2.0])
+    assert slowdown.flatten().tolist() == pytest.approx([slower, 2.0])
     meter = ThinningMeter(400, function_space=False)
     meter.series = [torch.randn(2, 4, generator=torch.Generator().manual_seed(i)).double()
                      for i in range(200)]  # fmt: skip
     thinning = meter.choose(slowdown)
     times = meter.autocorrelation_time
-    assert thinning == [math.ceil(times[0] / 0.3), math.ceil(times[1] * 2.0)]
+    assert thinning == [math.ceil(times[0] * slower), math.ceil(times[1] * 2.0)]
     sgld = AdaptiveControl("sgld", SGLDOptions(), 1.0, 100, 400, like)
     assert sgld.mixing_slowdown(None) is None  # before the last window: nothing to compare
 
