@@ -42,6 +42,7 @@ family run in batches, each batch with its own reference file), of one size and 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 import warnings
@@ -54,7 +55,13 @@ from _common import load_average, print_table, write_json
 from pyro_sgmcmc import PSGLD, SGHMC, SGLD, metrics, run_chains
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood, NormalPrior
 
-KERNELS = {"sghmc": SGHMC, "sgld": SGLD, "psgld": PSGLD}
+#: ``sghmc-euler``: SGHMC with Chen et al.'s step (its default until 2026-12-06; BAOAB since).
+KERNELS = {
+    "sghmc": SGHMC,
+    "sghmc-euler": functools.partial(SGHMC, integrator="euler"),
+    "sgld": SGLD,
+    "psgld": PSGLD,
+}
 ROWS = 12_000
 FASHION_ROWS = 60_000
 #: what a run is judged by, per ``--data``

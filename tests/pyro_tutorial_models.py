@@ -148,3 +148,17 @@ def eight_schools(sigma, y=None):
         eta = pyro.sample("eta", dist.Normal(0.0, 1.0))
     with pyro.plate("data", 8) as idx:
         pyro.sample("obs", dist.Normal(mu + tau * eta[idx], sigma[idx]), obs=y[idx])
+
+
+def exact_schools_tau() -> tuple[float, float]:
+    """Posterior mean and sd of ``tau`` by quadrature: given tau, ``y`` is Gaussian with
+    covariance ``diag(sigma^2 + tau^2) + 25``, mu and eta integrated out."""
+    tau = torch.linspace(1e-4, 400.0, 400_001, dtype=torch.float64)
+    y, sigma = SCHOOLS_Y.double(), SCHOOLS_SIGMA.double()
+    covariance = torch.diag_embed(sigma**2 + tau[:, None] ** 2) + 25.0
+    marginal = dist.MultivariateNormal(torch.zeros(8, dtype=torch.float64), covariance)
+    log_weight = marginal.log_prob(y) + dist.HalfCauchy(5.0).log_prob(tau)
+    weight = (log_weight - log_weight.max()).exp()
+    weight = weight / weight.sum()
+    mean = float((weight * tau).sum())
+    return mean, float((weight * (tau - mean) ** 2).sum().sqrt())

@@ -10,7 +10,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from pyro_tutorial_models import SCHOOLS_SIGMA, SCHOOLS_Y, eight_schools
+from pyro_tutorial_models import SCHOOLS_SIGMA, SCHOOLS_Y, eight_schools, exact_schools_tau
 from stats_helpers import assert_mean_close
 
 from pyro_sgmcmc import SGHMC, run_chains
@@ -224,27 +224,13 @@ def test_a_run_that_started_again_resumes_bit_for_bit(grouped, tmp_path, monkeyp
     assert float(reference["tau"].mean(1).min()) > 0.08  # it did start again
 
 
-def _exact_schools_tau() -> tuple[float, float]:
-    """Posterior mean and sd of ``tau`` by quadrature: given tau, ``y`` is Gaussian with
-    covariance ``diag(sigma^2 + tau^2) + 25``, mu and eta integrated out."""
-    tau = torch.linspace(1e-4, 400.0, 400_001, dtype=torch.float64)
-    y, sigma = SCHOOLS_Y.double(), SCHOOLS_SIGMA.double()
-    covariance = torch.diag_embed(sigma**2 + tau[:, None] ** 2) + 25.0
-    marginal = dist.MultivariateNormal(torch.zeros(8, dtype=torch.float64), covariance)
-    log_weight = marginal.log_prob(y) + dist.HalfCauchy(5.0).log_prob(tau)
-    weight = (log_weight - log_weight.max()).exp()
-    weight = weight / weight.sum()
-    mean = float((weight * tau).sum())
-    return mean, float((weight * (tau - mean) ** 2).sum().sqrt())
-
-
 @pytest.mark.slow
 def test_sghmc_samples_the_eight_schools_on_half_batches_with_the_defaults():
     """Four of the eight schools per minibatch, SGHMC with its defaults: the warm-up sets a high
     friction where the gradient noise binds. Chen et al.'s Euler step, with the warm-up's bounds
     as they were before 2026-12-06, put tau's mean 5-10 Monte Carlo standard errors low (here
     0.33 low, 5.4 standard errors; the exact mean is 3.60); the default BAOAB step within 4."""
-    mean_tau, sd_tau = _exact_schools_tau()
+    mean_tau, sd_tau = exact_schools_tau()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = run_chains(SGHMC(eight_schools, batch_size=4, seed=0), SCHOOLS_SIGMA,

@@ -496,19 +496,19 @@ display(pd.DataFrame(nuts_rows).set_index("method"))
 # 9 gradient steps each (one epoch of 300 images in batches of 32): 3600 gradient steps in all,
 # of which 1800 are warm-up, for 3760 weights. Nine steps between kept draws is little for this
 # network: with 22 steps between draws on the full data, the `run_chains` diagnostics above gave
-# the test log-likelihood a bulk ESS of 139 over 1200 draws. So SGHMC's 200 draws here are
+# the test log-likelihood a bulk ESS of 55 over 1200 draws. So SGHMC's 200 draws here are
 # likely to be strongly correlated and to cover less of the posterior than NUTS's; its slightly
-# lower accuracy (0.914 against 0.922) and higher NLL (0.408 against 0.388) are what its few
-# seconds buy. Its lower ECE (0.147 against 0.161) says that its predictive is a little better
-# calibrated in this run, not that it explored more. A like-for-like comparison would give
+# lower accuracy (0.903 against 0.908) and the same NLL (0.393) are what its few seconds buy.
+# Its lower ECE (0.129 against 0.151) says that its predictive is a little better calibrated in
+# this run, not that it explored more. A like-for-like comparison would give
 # SGHMC NUTS's time (more steps per draw, more draws, or several chains with `run_chains`); this
 # notebook does not run one.
 #
-# NUTS's mean acceptance of 0.99 is not a sign of good mixing. Pyro's NUTS adapts its step size
-# during warm-up towards an acceptance of 0.8 (`target_accept_prob=0.8`); 0.99 says that the
+# NUTS's mean acceptance of 1.00 is not a sign of good mixing. Pyro's NUTS adapts its step size
+# during warm-up towards an acceptance of 0.8 (`target_accept_prob=0.8`); 1.00 says that the
 # step it kept is smaller than that target asks for, so that each leapfrog step moves less and
 # a trajectory cut off at depth 6 covers less ground. NUTS ran a single chain, so the table
-# has no $\hat R$ to say whether it converged: its 0.922 is a reference for this subset, not
+# has no $\hat R$ to say whether it converged: its 0.908 is a reference for this subset, not
 # the posterior's accuracy.
 #
 # The last cell prints how long this whole notebook took to execute, from its first cell to its
