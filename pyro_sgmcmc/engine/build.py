@@ -60,6 +60,7 @@ from .health import check_classifier, check_draws, warn_all
 from .hierarchy import find_scale_parents
 from .layout import FlatLayout
 from .minibatch import Minibatcher
+from .prior_distance import check_prior_distance
 from .report import measured_temperature
 from .seeds import chain_generators, chain_seeds, seeded
 from .settings import SamplerSettings, settings_signature
@@ -170,19 +171,28 @@ class PreparedChains:
         )
         return messages
 
-    def final_messages(self, draws: Mapping[str, torch.Tensor]) -> list[str]:
+    def final_messages(
+        self, draws: Mapping[str, torch.Tensor], args: tuple, kwargs: Mapping[str, Any]
+    ) -> list[str]:
         """What is wrong after sampling: chains sent back to a kept draw, chains or coordinates of
-        a site that did not move, chains that ran too hot (``draws`` are the kept unconstrained
-        draws, ``(C, S, ...)`` per site)."""
+        a site that did not move, chains that ran too hot, a network's coordinates far outside
+        their prior (``draws`` are the kept unconstrained draws, ``(C, S, ...)`` per site;
+        ``args``, ``kwargs`` the model's full-data arguments)."""
         engine = self.engine
         virial = measured_temperature(engine)  # none for constant SGD: its spread is Mandt's
         scale = engine.control.posterior_scale()
         scales = None if scale is None else engine.layout.unflatten(scale)
         network = has_hidden_units(self.structure.model, {n: v.shape[2:] for n, v in draws.items()})
-        return engine.retreat_messages() + check_draws(
-            draws, virial, engine.temperature, engine.monitor.chain_ids, posterior_scales=scales,
-            network=network,
-        )  # fmt: skip
+        ids = engine.monitor.chain_ids
+        messages = engine.retreat_messages() + check_draws(
+            draws, virial, engine.temperature, ids, posterior_scales=scales, network=network
+        )
+        if network:
+            structure = self.structure
+            messages += check_prior_distance(
+                structure.model, args, kwargs, self.constrain(draws), structure.plate, ids
+            )
+        return messages
 
     def constrain(self, values: Mapping[str, torch.Tensor]) -> TensorDict:
         """Constrained values of unconstrained ones (any number of leading dimensions)."""

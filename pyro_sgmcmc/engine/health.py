@@ -44,6 +44,9 @@ whole and warn (:class:`SamplerWarning`):
 * **a classifier at chance after warm-up**: the predicted class (the largest logit of a
   categorical observation site) is right no more often than always guessing the most frequent
   class, on up to 2000 training rows -- a network that has not left its starting point.
+
+A network's coordinates that stay far outside their prior, moving or not, are named by
+:mod:`.prior_distance`.
 """
 
 from __future__ import annotations

@@ -465,7 +465,7 @@ def run_chains(
         rounds.ended = max_seconds is not None and max_seconds <= (saver.budget_spent or 0.0)
         verdict = _draw_rounds(rounds, chains, recorder, callback, saver, (args, kwargs))
         sampling_time = time.perf_counter() - sampling_start
-        warn_all(chains.final_messages(recorder.stacked()))
+        warn_all(chains.final_messages(recorder.stacked(), args, kwargs))
     result = _result(kernel, chains, recorder, setup_time, sampling_time, args, kwargs, verdict)
     judged_rows, judged_of_rows = judged_training_rows(outputs, verdict)
     result = dataclasses.replace(

@@ -399,7 +399,7 @@ class StochasticGradientKernel(MCMCKernel):
         monitor = None if self._chains is None else self._chains.engine.monitor
         if self._chains is not None and self._recorder.draws:
             self._last_choice = self._choice()  # for repr after the run
-            warn_all(self._chains.final_messages(self._recorder.stacked()))
+            warn_all(self._chains.final_messages(self._recorder.stacked(), *self._data))
             if not self.run_judged_by_driver:
                 self._judge_run()
         return {
