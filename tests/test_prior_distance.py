@@ -14,23 +14,26 @@ from pyro_sgmcmc import SGHMC, run_chains
 from pyro_sgmcmc.engine.prior_distance import FAR_FROM_PRIOR, check_prior_distance
 from pyro_sgmcmc.errors import SamplerWarning
 from pyro_sgmcmc.models.structure import inspect_model
-from pyro_sgmcmc.nn import BayesianMLP, NormalPrior
+from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood, NormalPrior
 
 
 def _network_and_prior_draws(num_draws: int = 40, seed: int = 0):
     """A 3-8-1 ReLU network with N(0, 2^2) weights, its data, and two chains of prior draws."""
     generator = torch.Generator().manual_seed(seed)
-    model = BayesianMLP(3, [8], 1, activation="relu", prior=NormalPrior(2.0))
+    likelihood = NormalLikelihood(precision=GammaPrecision(2.0, 0.5))
+    model = BayesianMLP(3, [8], 1, activation="relu", prior=NormalPrior(2.0), likelihood=likelihood)
     x, y = torch.randn(50, 3, generator=generator), torch.randn(50, generator=generator)
     pyro.clear_param_store()
     structure = inspect_model(model, (x, y), {})
     shapes = {"layers.0.weight": (8, 3), "layers.0.bias": (8,), "layers.1.weight": (1, 8),
-              "layers.1.bias": (1,), "sigma": ()}  # fmt: skip
+              "layers.1.bias": (1,)}  # fmt: skip
     draws = {
         name: 2.0 * torch.randn(2, num_draws, *shape, generator=generator)
         for name, shape in shapes.items()
-        if name != "sigma"
     }
+    # a noise precision far above its Gamma(2, 0.5) prior (mean 4, sd 2.8), as a network that
+    # fits well puts it: identified by every row, not named
+    draws["noise_precision"] = 1000.0 + torch.rand(2, num_draws, generator=generator)
     return model, (x, y), structure.plate, draws
 
 
