@@ -305,6 +305,23 @@ def test_fit_recovery_sends_back_exactly_the_chains_whose_potential_rose_beyond_
     assert "put back where it was at the end of the descent and warmed up again" in line
 
 
+def test_a_chain_whose_units_were_started_afresh_is_not_sent_back_to_before():
+    """Chains moved on purpose (units started afresh) forget their milestones: the same
+    collapse that sends chain 1 back is not judged for chain 0."""
+    recovery = FitRecovery([400, 480, 600, 800], num_chains=2, dimension=8, num_data=100,
+                           temperature=1.0)  # fmt: skip
+    for t in range(301, 481):
+        recovery.observe(
+            t, torch.full((2,), 500.0 + (200.0 if t > 400 else 0.0), dtype=torch.float64)
+        )
+        if t == 400:
+            recovery.collapsed(t)
+            recovery.keep()
+            recovery.forget(torch.tensor([True, False]))
+    mask, _ = recovery.collapsed(480)
+    assert mask.tolist() == [False, True]
+
+
 def test_fit_recovery_needs_enough_steps_and_skips_a_checkpoint_without_levels():
     recovery = FitRecovery([4, 5, 6, 8], num_chains=1, dimension=2, num_data=10,
                            temperature=1.0)  # fmt: skip

@@ -31,7 +31,8 @@
 #
 # We compare
 #
-# * **SGHMC** (Chen, Fox & Guestrin 2014) and **SGLD** (Welling & Teh 2011, with Leimkuhler &
+# * **SGHMC** (Chen, Fox & Guestrin 2014, stepped with Leimkuhler & Matthews' BAOAB splitting,
+#   its default) and **SGLD** (Welling & Teh 2011, with Leimkuhler &
 #   Matthews' integrator, its default), from `pyro_sgmcmc`, on minibatches of 100 images (500
 #   on Fashion-MNIST);
 # * **a MAP fit**: the optimisation baseline, the mode of the posterior found by minibatch Adam
@@ -386,7 +387,7 @@ display(table)
 # to the right of the dashed line at 0.2. The sigmoid network has only ever seen clothes, and it
 # maps uniform noise to a few classes with confidence. Averaging over the posterior tempers that
 # only in part: in this run the samplers put most noise images between 0.75 and 1, SVI between
-# 0.75 and 0.9 and the MAP fit between 0.3 and 0.45; Constant SGD stays lowest (mostly 0.25 to
+# 0.65 and 0.85 and the MAP fit between 0.35 and 0.6; Constant SGD stays lowest (mostly 0.25 to
 # 0.4), as it is unsure of many test images too (left panel). A refusal at 0.2 is thus no
 # test of whether these models know what they do not know; tutorial 7 sweeps the cut-off for a
 # convolutional network, where a higher one refuses most noise images at the price of some test
@@ -394,15 +395,15 @@ display(table)
 #
 # **The sampler messages.** Each sampler judges its chain on the network's outputs $f(x)$, and all
 # three printed a `not converged` message under the fits: in 200 kept draws the bulk ESS of $f(x)$
-# is 1 for each, where 100 is asked for (by their own estimate they would need a run 71 to 75
-# times longer). The precision draws above show the
+# is 1 for SGHMC and SGLD and 2 for Constant SGD, where 100 is asked for (by their own estimate
+# they would need a run 62 to 74 times longer). The precision draws above show the
 # reason, and SGHMC's and SGLD's first messages say it too: the $\lambda$ of the first layer is
 # still trending down at the end of the run (its mean over the last quarter of the kept draws
-# lies about 100 draw-to-draw fluctuations from that over the first quarter), so the chains
+# lies 80 to 100 draw-to-draw fluctuations from that over the first quarter), so the chains
 # drift and have not settled. The rows of the samplers are therefore what one chain gives in this
 # budget, averaged along that drift, not a converged posterior predictive;
 # `pyro_sgmcmc.run_chains(kernel, ..., target_ess=400)` draws until the ESS is reached. Constant
-# SGD also reports that about 2,400 of the 78,400 first-layer weights did not move during
+# SGD also reports that about 2,300 of the 78,400 first-layer weights did not move during
 # sampling (their spread over the draws is about a thousandth of a posterior standard
 # deviation): for those weights its draws are a single point.
 

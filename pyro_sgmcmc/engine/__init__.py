@@ -16,6 +16,7 @@ module                     job
 :mod:`.divergence`         divergence detection (non-finite values, blow-ups) and bookkeeping
 :mod:`.health`             after a run: chains or coordinates that did not move, chains too hot
 :mod:`.prior_distance`     after a run: a network's weights that stay far outside their prior
+:mod:`.unit_restart`       end of warm-up: a network's units far outside their prior, restarted
 :mod:`.virial`             the configurational temperature of a chain (a stationarity check)
 :mod:`.fit_check`          after warm-up: a chain whose fit to the data collapsed
 :mod:`.fit_recovery`       during warm-up: send a chain whose fit collapsed back to a milestone

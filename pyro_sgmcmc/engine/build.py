@@ -65,6 +65,7 @@ from .report import measured_temperature
 from .seeds import chain_generators, chain_seeds, seeded
 from .settings import SamplerSettings, settings_signature
 from .thinning import ThinningMeter, warmup_steps_per_draw
+from .unit_restart import UnitRestart
 
 __all__ = ["PreparedChains", "model_transforms", "prepare_chains", "resolve_gibbs_updates"]
 
@@ -196,11 +197,7 @@ class PreparedChains:
 
     def constrain(self, values: Mapping[str, torch.Tensor]) -> TensorDict:
         """Constrained values of unconstrained ones (any number of leading dimensions)."""
-        out = {}
-        for name, value in values.items():
-            transform = self.potential.non_identity.get(name)
-            out[name] = value if transform is None else transform.inv(value)
-        return out
+        return constrain(self.potential.non_identity, values)
 
 
 def prepare_chains(
@@ -290,10 +287,46 @@ def prepare_chains(
         warmup_steps_per_draw=steps_per_draw,
         thinning_meter=meter,
     )
+    engine.unit_restart = _unit_restart(network, model, args, kwargs, structure, potential)
     engine.start(flat, fixed)
     return PreparedChains(
         engine, structure, transforms, potential, initial, seeds, (args, dict(kwargs))
     )
+
+
+def _unit_restart(network, model, args, kwargs, structure, potential) -> UnitRestart | None:
+    """What starts a network's units far outside their prior afresh at the planned end of
+    warm-up (:mod:`.unit_restart`); ``None`` for a model without hidden units."""
+    if not network:
+        return None
+    non_identity = potential.non_identity
+    return UnitRestart(model, args, kwargs, structure.plate,
+                       functools.partial(constrain, non_identity),
+                       functools.partial(unconstrain, non_identity))  # fmt: skip
+
+
+def constrain(
+    non_identity: Mapping[str, Transform], values: Mapping[str, torch.Tensor]
+) -> TensorDict:
+    """Constrained values of unconstrained ones (any number of leading dimensions);
+    ``non_identity`` maps a site to its constrained-to-unconstrained transform where that is not
+    the identity."""
+    out = {}
+    for name, value in values.items():
+        transform = non_identity.get(name)
+        out[name] = value if transform is None else transform.inv(value)
+    return out
+
+
+def unconstrain(
+    non_identity: Mapping[str, Transform], values: Mapping[str, torch.Tensor]
+) -> TensorDict:
+    """Unconstrained values of constrained ones (the inverse of :func:`constrain`)."""
+    out = {}
+    for name, value in values.items():
+        transform = non_identity.get(name)
+        out[name] = value if transform is None else transform(value)
+    return out
 
 
 def _funnel_watch(settings, structure, args, kwargs, gibbs_sites, network, layout):

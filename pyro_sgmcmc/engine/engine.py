@@ -44,6 +44,7 @@ from .layout import FlatLayout
 from .minibatch import Minibatcher
 from .noise import GaussianNoise
 from .thinning import LONGEST_WARMUP, DrawCadence, ThinningMeter
+from .unit_restart import Restart, UnitRestart
 from .virial import VirialMeter
 
 __all__ = ["FLAT", "ChainEngine", "DrawStats"]
@@ -185,6 +186,12 @@ class ChainEngine:
         self.beginning: dict[str, Any] | None = None
         #: Whether the warm-up goes on past its planned end (:meth:`_lengthen_warmup`).
         self.lengthening = False
+        #: Which units of a network to start afresh at the planned end of warm-up
+        #: (:class:`~pyro_sgmcmc.engine.unit_restart.UnitRestart`); ``None`` for models without
+        #: hidden units.
+        self.unit_restart: UnitRestart | None = None
+        #: Per chain, how many units were started afresh at the planned end of warm-up.
+        self.restarted_units: list[int] = [0] * len(self.generators)
         #: ``time.perf_counter()`` by which the run must end (``run_chains(max_seconds=...)``),
         #: or ``None``: the warm-up is not lengthened past it.
         self.deadline: float | None = None
@@ -355,28 +362,55 @@ class ChainEngine:
         :data:`~pyro_sgmcmc.engine.thinning.LONGEST_WARMUP` times its planned length: a chain
         that mixes that slowly has likely not arrived yet, and the settings were measured on its
         way (a non-centred hierarchical model's descent ends at the joint mode, far from the
-        typical set). Chains stacked in one engine go on together where any of them needs it.
-        The steps are made within this call, so a driver that counts draws sees one slower
-        draw. With a :attr:`deadline`, only while the new steps fit before it at the pace of
-        the steps made so far."""
+        typical set). Also once where, at the planned end, a network's chain holds units far
+        outside their prior, which are started afresh first (:attr:`unit_restart`,
+        :meth:`_restart_units`). Chains stacked in one engine go on together where any of them
+        needs it. The steps are made within this call, so a driver that counts draws sees one
+        slower draw. With a :attr:`deadline`, only while the new steps fit before it at the pace
+        of the steps made so far."""
         meter, lengthen = self.thinning_meter, getattr(self.control, "lengthen", None)
-        if meter is None or lengthen is None:
+        if lengthen is None or (meter is None and self.unit_restart is None):
             return
         longest = LONGEST_WARMUP * self.t
+        restarts = []
+        if self.unit_restart is not None:
+            restarts = self.unit_restart(self.current_values(), self.generators)
         while 0 < 2 * self.t <= longest and self._decide(
-            meter.wants_longer(), "agreeing whether to lengthen the warm-up"
+            (meter is not None and meter.wants_longer()) or any(r.units for r in restarts),
+            "agreeing whether to lengthen the warm-up",
         ):
             end = 2 * self.t
             late = not self._time_allows(end)
             if self._decide(late, "agreeing whether a longer warm-up fits the time budget"):
                 break
-            meter.lengthen(lengthen(self, end), end)
+            if any(r.units for r in restarts):
+                self._restart_units(restarts)
+            restarts = []
+            last_window = lengthen(self, end)
+            if meter is not None:
+                meter.lengthen(last_window, end)
             self.lengthening = True
             try:
                 while self.t < end:
                     self.step()
             finally:
                 self.lengthening = False
+
+    def _restart_units(self, restarts: Sequence[Restart]) -> None:
+        """Start afresh the units of each chain's :class:`~.unit_restart.Restart`, momenta of
+        those chains at rest (:meth:`return_to`), and keep the fit check from sending them back
+        to where they were (:meth:`~.fit_recovery.FitRecovery.forget`). Recorded in
+        :attr:`restarted_units`."""
+        values = {name: v.clone() for name, v in self.layout.unflatten(self.position).items()}
+        for c, restart in enumerate(restarts):
+            for name, (mask, new) in restart.values.items():
+                values[name][c] = torch.where(mask, new.to(values[name].dtype), values[name][c])
+        self.restarted_units = [restart.units for restart in restarts]
+        chains = torch.tensor([restart.units > 0 for restart in restarts])
+        self.return_to(chains, self.layout.flatten(values), self.fixed)
+        recovery = getattr(self.control, "recovery", None)
+        if recovery is not None:
+            recovery.forget(chains)
 
     def _time_allows(self, end: int) -> bool:
         """Whether the steps up to ``end`` end before the :attr:`deadline` (if any) at the pace

@@ -130,6 +130,18 @@ class FitRecovery:
             error = torch.zeros_like(self.sum)
         self.levels.append((level, error))
 
+    def forget(self, chains: torch.Tensor) -> None:
+        """Never send the chains of the ``(C,)`` mask back to a milestone kept so far: they were
+        moved on purpose (a network's units started afresh, :mod:`.unit_restart`), and a place they
+        were before is not where they should return to."""
+        if not self.levels:
+            return
+        chains = chains.to(torch.bool).cpu()
+        self.levels = [
+            (torch.where(chains, math.inf, level), torch.where(chains, 0.0, error))
+            for level, error in self.levels
+        ]
+
     def _close_segment(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         count = self.count
         mean = self.sum / max(count, 1)

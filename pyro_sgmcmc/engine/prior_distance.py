@@ -17,7 +17,9 @@ are not the posterior's, and a test row that switches such a unit on is predicte
 such run (2026-12-07, seed 2) ended at 1.20 times the reference's test RMSE with no other
 warning, and an earlier run with Euler's step at 80 times (first-layer weights of 73-290 and a
 bias of -713, moving by a few times :math:`10^{-9}` per step). The frozen-coordinate check
-(:mod:`.health`) names such coordinates only when they do not move at all.
+(:mod:`.health`) names such coordinates only when they do not move at all. The adaptive warm-up
+asks the same question at its planned end and starts such units afresh (:mod:`.unit_restart`);
+this check names what is left.
 
 Only the weights and biases of networks (:func:`~pyro_sgmcmc.models.hidden_units.has_hidden_units`)
 are checked, not their sites of shape ``()``: a noise precision is identified by every row, and
@@ -41,7 +43,7 @@ from pyro import poutine
 from ..models.structure import DataPlate
 from .health import _index
 
-__all__ = ["FAR_FROM_PRIOR", "check_prior_distance"]
+__all__ = ["FAR_FROM_PRIOR", "check_prior_distance", "prior_distances"]
 
 #: A coordinate further than this many prior standard deviations from the prior's mean in every
 #: draw examined is reported.
@@ -83,27 +85,39 @@ def check_prior_distance(
     return messages
 
 
-def _far_coordinates(model, args, kwargs, draws) -> dict[str, tuple]:
-    """Per site with coordinates far out in every examined draw: how many, of how many, and the
-    furthest one's index, last value, prior mean, prior sd and distance in prior sds."""
+def prior_distances(
+    model: Callable[..., Any],
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    draws: Mapping[str, torch.Tensor],
+) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per site judged (see the module docstring; ``draws`` are constrained, ``(S, ...)`` per
+    site, the model bound to one row): each coordinate's smallest distance from the prior's
+    mean over the examined draws, in prior standard deviations, and the prior's mean and
+    standard deviation at the last one, all shaped like the site."""
     count = next(iter(draws.values())).shape[0]
     picks = torch.linspace(0, count - 1, min(count, DRAWS_EXAMINED)).round().long().unique()
-    distance: dict[str, torch.Tensor] = {}
-    priors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    found: dict[str, tuple[torch.Tensor, ...]] = {}
     for pick in picks.tolist():
         values = {name: value[pick] for name, value in draws.items()}
         for name, (mean, sd) in _prior_moments(model, args, kwargs, values).items():
             if values[name].dim() == 0:  # a noise or prior scale: identified, see above
                 continue
             z = ((values[name] - mean).abs() / sd).double()
-            distance[name] = z if name not in distance else torch.minimum(distance[name], z)
-            priors[name] = (mean.expand_as(z), sd.expand_as(z))
+            if name in found:
+                z = torch.minimum(found[name][0], z)
+            found[name] = (z, mean.expand_as(z), sd.expand_as(z))
+    return found
+
+
+def _far_coordinates(model, args, kwargs, draws) -> dict[str, tuple]:
+    """Per site with coordinates far out in every examined draw: how many, of how many, and the
+    furthest one's index, last value, prior mean, prior sd and distance in prior sds."""
     found = {}
-    for name, z in distance.items():
+    for name, (z, mean, sd) in prior_distances(model, args, kwargs, draws).items():
         far = z > FAR_FROM_PRIOR
         if bool(far.any()):
             index = _index(int(torch.where(far, z, -1.0).argmax()), z.shape)
-            mean, sd = priors[name]
             found[name] = (int(far.sum()), far.numel(), index, float(draws[name][-1][index]),
                            float(mean[index]), float(sd[index]), float(z[index]))  # fmt: skip
     return found

@@ -6,8 +6,10 @@ r"""What the warm-up chose for each chain, as the kernels' ``diagnostics()`` and
 * ``autocorrelation_time``: the integrated autocorrelation time the warm-up measured, in gradient
   steps (``nan`` when the thinning was given);
 * ``warmup_gradient_steps``: the gradient steps the warm-up took, more than planned where it was
-  lengthened to measure that time (:meth:`~pyro_sgmcmc.engine.thinning.ThinningMeter.wants_longer`;
-  ``None`` when the thinning was given);
+  lengthened to measure that time (:meth:`~pyro_sgmcmc.engine.thinning.ThinningMeter.wants_longer`)
+  or because a network's units were started afresh (``None`` without the adaptive warm-up);
+* ``restarted_units``: how many of a network's hidden units, far outside their prior at the
+  planned end of warm-up, were started afresh there (:mod:`~pyro_sgmcmc.engine.unit_restart`);
 * ``coordinate_step``: per site, the smallest, median and largest step :math:`e_i = h P_i` of its
   coordinates, the step that multiplies the full-data gradient of each coordinate (each kept
   draw's ``step_size`` statistic, and the progress bar's step size, is the median over all the
@@ -71,11 +73,21 @@ def sampling_report(engine: EngineView, chain: int) -> dict[str, Any]:
         "control_variate": control_variate,
         "num_steps_per_sample": None if thinning is None else int(thinning[chain]),
         "autocorrelation_time": math.nan if times is None else float(times[chain]),
-        "warmup_gradient_steps": None if meter is None else int(meter.end),
+        "warmup_gradient_steps": _warmup_gradient_steps(engine),
+        "restarted_units": int(engine.restarted_units[chain]),
         "coordinate_step": per_site,
         "preconditioner": preconditioner_kind(engine),
         **_temperature_check(engine, chain),
     }
+
+
+def _warmup_gradient_steps(engine: EngineView) -> int | None:
+    """The gradient steps of the warm-up, lengthened or not (``None`` without the adaptive
+    warm-up, whose control counts them)."""
+    if engine.thinning_meter is not None:
+        return int(engine.thinning_meter.end)
+    steps = getattr(engine.control, "warmup_steps", None)
+    return None if steps is None else int(steps)
 
 
 def measured_temperature(

@@ -90,6 +90,10 @@ class EngineView(Protocol):
     def thinning_meter(self) -> Any:
         """The meter that chooses the thinning, or ``None``."""
 
+    @property
+    def restarted_units(self) -> list[int]:
+        """Per chain, the units started afresh at the planned end of warm-up."""
+
     def probe_gradient(self) -> torch.Tensor:
         """The gradient at the position on a fresh, independent minibatch per chain."""
 

@@ -1,0 +1,81 @@
+"""A network's hidden units held far outside their prior at the planned end of warm-up are
+started afresh (incoming weights and bias from the prior, outgoing weights zero) and the warm-up
+goes on; other units, and models without hidden units, are left as they are."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from test_prior_distance import _network_and_prior_draws
+
+from pyro_sgmcmc import SGHMC, run_chains
+from pyro_sgmcmc.engine import unit_restart
+from pyro_sgmcmc.engine.prior_distance import FAR_FROM_PRIOR
+from pyro_sgmcmc.engine.unit_restart import UnitRestart
+from pyro_sgmcmc.errors import SamplerWarning
+from pyro_sgmcmc.nn import BayesianMLP
+
+
+def _forward(values, x):
+    hidden = torch.relu(x @ values["layers.0.weight"].T + values["layers.0.bias"])
+    return hidden @ values["layers.1.weight"].T + values["layers.1.bias"]
+
+
+def test_a_unit_far_outside_its_prior_is_started_afresh():
+    """Per chain, the restart finds the hidden units whose incoming weight or bias lies beyond
+    the bound, and starts each afresh: incoming weights and bias drawn from the prior, outgoing
+    weights zero. A unit switched off on every row leaves the network's function unchanged."""
+    model, args, plate, draws = _network_and_prior_draws()
+    position = {name: value[:, 0] for name, value in draws.items()}  # (2, ...) per site
+    restart = UnitRestart(model, args, {}, plate, dict, dict)
+    generators = [torch.Generator().manual_seed(c) for c in range(2)]
+    assert [r.units for r in restart(position, generators)] == [0, 0]  # noise: not judged
+    position["layers.0.bias"][1, 3] = -2.0 * FAR_FROM_PRIOR - 0.01  # off on every row
+    position["layers.0.weight"][0, 5, 0] = 2.0 * FAR_FROM_PRIOR - 0.01  # just inside
+    position["layers.1.weight"][0, 0, 4] = 2.0 * FAR_FROM_PRIOR + 0.01  # outgoing: not reset
+    first, second = restart(position, generators)
+    assert (first.units, second.units) == (0, 1)
+    first, second = first.values, second.values
+    assert first == {} and sorted(second) == ["layers.0.bias", "layers.0.weight", "layers.1.weight"]
+    dead = torch.tensor([i == 3 for i in range(8)])
+    mask, new = second["layers.1.weight"]
+    assert torch.equal(mask, dead[None, :]) and bool((new[mask] == 0).all())
+    mask, new = second["layers.0.weight"]
+    assert torch.equal(mask, dead[:, None].expand(8, 3)) and bool((new[mask].abs() < 8.0).all())
+    chain = {name: value[1] for name, value in position.items()}
+    started = {name: torch.where(*second[name], chain[name]) if name in second else chain[name]
+               for name in chain}  # fmt: skip
+    assert started["layers.0.bias"][3].abs() < 8.0  # drawn from N(0, 2^2)
+    x = torch.randn(100, 3, generator=torch.Generator().manual_seed(9))
+    torch.testing.assert_close(_forward(started, x), _forward(chain, x))
+    # an incoming weight far out: its unit is started afresh too
+    position["layers.0.weight"][0, 6, 2] = 2.0 * FAR_FROM_PRIOR + 0.01
+    mask, _ = restart(position, generators)[0].values["layers.1.weight"]
+    assert mask[0].tolist() == [i == 6 for i in range(8)]
+
+
+def _warmup_steps(monkeypatch, bound: float) -> list[tuple[int, int]]:
+    """Per chain of a small ReLU network's run, with coordinates beyond ``bound`` prior sds
+    counted far: the warm-up's gradient steps and the units started afresh."""
+    monkeypatch.setattr(unit_restart, "FAR_FROM_PRIOR", bound)
+    generator = torch.Generator().manual_seed(6)
+    x = torch.randn(200, 2, generator=generator)
+    y = torch.relu(x[:, 0]) + 0.1 * torch.randn(200, generator=generator)
+    model = BayesianMLP(2, [8], 1, activation="relu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplerWarning)
+        result = run_chains(SGHMC(model, batch_size=50, seed=2), x, y, num_chains=2,
+                            num_samples=10, warmup_steps=120)  # fmt: skip
+    return [(r["warmup_gradient_steps"], r["restarted_units"]) for r in result.chain_reports]
+
+
+def test_units_started_afresh_at_the_end_of_warmup_warm_up_once_more(monkeypatch):
+    """Where some chain's units are started afresh at the planned end of warm-up, the chains
+    warm up once more, as long again, and only once (here the bound is set so low that every
+    unit is beyond it, again after); where none is, the warm-up is as planned."""
+    planned = _warmup_steps(monkeypatch, 1e6)
+    assert [units for _, units in planned] == [0, 0]
+    restarted = _warmup_steps(monkeypatch, 0.1)
+    assert [steps for steps, _ in restarted] == [2 * steps for steps, _ in planned]
+    assert [units for _, units in restarted] == [8, 8]  # every unit, once
