@@ -12,7 +12,7 @@ from test_prior_distance import _network_and_prior_draws
 from pyro_sgmcmc import SGHMC, run_chains
 from pyro_sgmcmc.engine import unit_restart
 from pyro_sgmcmc.engine.prior_distance import FAR_FROM_PRIOR
-from pyro_sgmcmc.engine.unit_restart import UnitRestart
+from pyro_sgmcmc.engine.unit_restart import UnitRestart, units_to_restart
 from pyro_sgmcmc.errors import SamplerWarning
 from pyro_sgmcmc.nn import BayesianMLP
 
@@ -53,6 +53,28 @@ def test_a_unit_far_outside_its_prior_is_started_afresh():
     position["layers.0.weight"][0, 6, 2] = 2.0 * FAR_FROM_PRIOR + 0.01
     mask, _ = restart(position, generators)[0].values["layers.1.weight"]
     assert mask[0].tolist() == [i == 6 for i in range(8)]
+
+
+def test_units_of_two_layers_of_one_width_are_restarted_into_the_next_layer():
+    """A 3-5-5-1 network: a unit of each hidden layer far out. Each is restarted into the layer
+    that follows it in the model's order (not the last one, which takes 5 units too), and a
+    weight both redrawn (its unit restarted) and silenced (it reads a restarted unit) is zero."""
+    shapes = {"layers.0.weight": (5, 3), "layers.0.bias": (5,), "layers.1.weight": (5, 5),
+              "layers.1.bias": (5,), "layers.2.weight": (1, 5), "layers.2.bias": (1,)}  # fmt: skip
+    values = {name: torch.ones(shape) for name, shape in shapes.items()}
+    distances = {name: (torch.zeros(shape), torch.zeros(shape), torch.ones(shape))
+                 for name, shape in shapes.items()}  # fmt: skip
+    distances["layers.0.bias"][0][2] = FAR_FROM_PRIOR + 1.0
+    distances["layers.1.weight"][0][4, 0] = FAR_FROM_PRIOR + 1.0
+    restart = units_to_restart(values, distances, torch.Generator().manual_seed(0))
+    assert restart.units == 2 and sorted(restart.values) == sorted(set(shapes) - {"layers.2.bias"})
+    mask, new = restart.values["layers.1.weight"]
+    expected = torch.zeros(5, 5, dtype=torch.bool)
+    expected[:, 2], expected[4, :] = True, True
+    assert torch.equal(mask, expected)
+    assert bool((new[:, 2] == 0).all()) and bool((new[4, [0, 1, 3, 4]] != 0).all())
+    mask, new = restart.values["layers.2.weight"]
+    assert mask.tolist() == [[False] * 4 + [True]] and float(new[0, 4]) == 0.0
 
 
 def _warmup_steps(monkeypatch, bound: float) -> list[tuple[int, int]]:

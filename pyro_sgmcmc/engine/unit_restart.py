@@ -13,8 +13,8 @@ sized for the posterior, do not bring it back within a run.
 
 At the planned end of warm-up, each such unit of a ``torch.nn.Linear``-shaped layer (a
 ``<layer>.weight`` site ``(units, inputs)`` with its ``<layer>.bias`` ``(units,)``, whose units
-exactly one other ``.weight`` site ``(outputs, units)`` takes) is started afresh, as a network's
-dormant units are re-initialised in training (Sokar et al. 2023):
+the next such weight in the model's order, ``(outputs, units)``, takes) is started afresh, as a
+network's dormant units are re-initialised in training (Sokar et al. 2023):
 
 .. math::
 
@@ -38,6 +38,7 @@ end of the run (:mod:`.prior_distance`) names them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -130,8 +131,7 @@ def units_to_restart(
     generator:
         The chain's generator, for the new incoming weights and biases.
     """
-    restart: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    count = 0
+    drawn, silenced, count = [], [], 0
     for name, bias, taker in _linear_layers(values, distances):
         far = distances[name][0] > FAR_FROM_PRIOR
         dead = far.any(1) | (distances[bias][0] > FAR_FROM_PRIOR)
@@ -140,25 +140,30 @@ def units_to_restart(
         for site, mask in ((name, dead[:, None].expand_as(far)), (bias, dead)):
             _, mean, sd = distances[site]
             noise = torch.randn(mean.shape, generator=generator, device=mean.device)
-            restart[site] = (mask, mean + sd * noise.to(mean.dtype))
-        mask = dead[None, :].expand_as(values[taker])
-        restart[taker] = (mask, torch.zeros_like(values[taker]))
+            drawn.append((site, mask, mean + sd * noise.to(mean.dtype)))
+        zeros = torch.zeros_like(values[taker])
+        silenced.append((taker, dead[None, :].expand_as(zeros), zeros))
         count += int(dead.sum())
+    restart: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for site, mask, value in drawn + silenced:  # silenced last: a zero outgoing weight stays zero
+        if site in restart:
+            before, old = restart[site]
+            mask, value = before | mask, torch.where(mask, value, old)
+        restart[site] = (mask, value)
     return Restart(restart, count)
 
 
 def _linear_layers(values: TensorMap, distances: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """``(weight, bias, taker)`` site names of each layer laid out as ``torch.nn.Linear``'s whose
-    weight and bias are judged and whose units exactly one other weight takes."""
+    weight and bias are judged: the taker is the next such weight in the model's order (a
+    ``.weight`` site of two dimensions), where it takes the layer's units."""
+    weights = [name for name, value in values.items()
+               if name.endswith(".weight") and value.dim() == 2]  # fmt: skip
     layers = []
-    for name, value in values.items():
+    for name, taker in itertools.pairwise(weights):
         bias = name[: -len("weight")] + "bias"
-        if not name.endswith(".weight") or value.dim() != 2 or bias not in distances:
-            continue
-        units = value.shape[0]
-        takers = [other for other, taken in values.items()
-                  if other != name and other.endswith(".weight") and taken.dim() == 2
-                  and taken.shape[1] == units]  # fmt: skip
-        if name in distances and values[bias].shape == (units,) and len(takers) == 1:
-            layers.append((name, bias, takers[0]))
+        units = values[name].shape[0]
+        judged = name in distances and bias in distances
+        if judged and values[bias].shape == (units,) and values[taker].shape[1] == units:
+            layers.append((name, bias, taker))
     return layers
