@@ -10,11 +10,11 @@ import torch
 from test_prior_distance import _network_and_prior_draws
 
 from pyro_sgmcmc import SGHMC, run_chains
-from pyro_sgmcmc.engine import unit_restart
+from pyro_sgmcmc.engine import prepare_chains, unit_restart
 from pyro_sgmcmc.engine.prior_distance import FAR_FROM_PRIOR
-from pyro_sgmcmc.engine.unit_restart import UnitRestart, units_to_restart
+from pyro_sgmcmc.engine.unit_restart import Restart, UnitRestart, units_to_restart
 from pyro_sgmcmc.errors import SamplerWarning
-from pyro_sgmcmc.nn import BayesianMLP
+from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood
 
 
 def _forward(values, x):
@@ -101,3 +101,27 @@ def test_units_started_afresh_at_the_end_of_warmup_warm_up_once_more(monkeypatch
     restarted = _warmup_steps(monkeypatch, 0.1)
     assert [steps for steps, _ in restarted] == [2 * steps for steps, _ in planned]
     assert [units for _, units in restarted] == [8, 8]  # every unit, once
+
+
+def test_a_restart_leaves_the_sites_of_gibbs_blocks_to_them():
+    """The engine restarts the moving sites a restart names and leaves a site that a Gibbs block
+    draws (here the noise precision, named as if it were a unit's) as it is."""
+    generator = torch.Generator().manual_seed(3)
+    x, y = torch.randn(60, 2, generator=generator), torch.randn(60, generator=generator)
+    likelihood = NormalLikelihood(precision=GammaPrecision(2.0, 0.5))
+    model = BayesianMLP(2, [4], 1, activation="relu", likelihood=likelihood)
+    sampler = SGHMC(model, batch_size=20, seed=0)
+    chains = prepare_chains(sampler.settings, sampler.rule, sampler.options, sampler.model,
+                            (x, y), {}, chains=[0], warmup_draws=60)  # fmt: skip
+    engine = chains.engine
+    assert "noise_precision" in engine.fixed
+    before = {name: value.clone() for name, value in engine.current_values().items()}
+    bias = torch.tensor([True, False, False, False])
+    restart = Restart({"layers.0.bias": (bias, torch.full((4,), 0.5)),
+                       "noise_precision": (torch.tensor(True), torch.tensor(9.0))}, 1)  # fmt: skip
+    engine._restart_units([restart])
+    after = engine.current_values()
+    assert after["layers.0.bias"][0].tolist()[0] == 0.5
+    assert torch.equal(after["layers.0.bias"][0, 1:], before["layers.0.bias"][0, 1:])
+    assert torch.equal(after["noise_precision"], before["noise_precision"])
+    assert engine.restarted_units == [1]

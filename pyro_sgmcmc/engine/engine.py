@@ -399,12 +399,14 @@ class ChainEngine:
     def _restart_units(self, restarts: Sequence[Restart]) -> None:
         """Start afresh the units of each chain's :class:`~.unit_restart.Restart`, momenta of
         those chains at rest (:meth:`return_to`), and keep the fit check from sending them back
-        to where they were (:meth:`~.fit_recovery.FitRecovery.forget`). Recorded in
-        :attr:`restarted_units`."""
+        to where they were (:meth:`~.fit_recovery.FitRecovery.forget`). Sites that Gibbs blocks
+        draw are left to them. Recorded in :attr:`restarted_units`."""
         values = {name: v.clone() for name, v in self.layout.unflatten(self.position).items()}
         for c, restart in enumerate(restarts):
             for name, (mask, new) in restart.values.items():
-                values[name][c] = torch.where(mask, new.to(values[name].dtype), values[name][c])
+                if name in values:
+                    old = values[name][c]
+                    values[name][c] = torch.where(mask, new.to(old.dtype), old)
         self.restarted_units = [restart.units for restart in restarts]
         chains = torch.tensor([restart.units > 0 for restart in restarts])
         self.return_to(chains, self.layout.flatten(values), self.fixed)
