@@ -75,6 +75,11 @@ def test_units_of_two_layers_of_one_width_are_restarted_into_the_next_layer():
     assert bool((new[:, 2] == 0).all()) and bool((new[4, [0, 1, 3, 4]] != 0).all())
     mask, new = restart.values["layers.2.weight"]
     assert mask.tolist() == [[False] * 4 + [True]] and float(new[0, 4]) == 0.0
+    # a layer with a site not real-valued (here its outgoing weight) is left as it is
+    real = set(shapes) - {"layers.2.weight"}
+    restart = units_to_restart(values, distances, torch.Generator().manual_seed(0), real)
+    assert restart.units == 1 and "layers.2.weight" not in restart.values
+    assert "layers.1.bias" not in restart.values  # the unit of layer 1 is not restarted
 
 
 def _warmup_steps(monkeypatch, bound: float) -> list[tuple[int, int]]:
@@ -124,4 +129,12 @@ def test_a_restart_leaves_the_sites_of_gibbs_blocks_to_them():
     assert after["layers.0.bias"][0].tolist()[0] == 0.5
     assert torch.equal(after["layers.0.bias"][0, 1:], before["layers.0.bias"][0, 1:])
     assert torch.equal(after["noise_precision"], before["noise_precision"])
+    assert engine.restarted_units == [1]
+    # the restarted state is where a chain stuck in the new windows goes back to
+    anchor = engine.layout.unflatten(engine.anchor["state"].position["z"])
+    assert torch.equal(anchor["layers.0.bias"], after["layers.0.bias"])
+    # and a checkpoint keeps the count
+    state = engine.state_dict()
+    engine.restarted_units = [0]
+    engine.load_state_dict(state)
     assert engine.restarted_units == [1]

@@ -902,9 +902,9 @@ class AdaptiveControl(StepControl):
         before was measured on the chains' way (a non-centred hierarchical model's descent ends
         at the joint mode, far from the typical set, and a control variate centred there is
         noisier where the chains are now than the plain gradient). Called at the end of warm-up
-        where the thinning's measurement was too short
-        (:meth:`~pyro_sgmcmc.engine.engine.ChainEngine.draw`); returns the step the last window
-        starts at."""
+        where the thinning's measurement was too short, or after a network's units were
+        started afresh (:meth:`~pyro_sgmcmc.engine.engine.ChainEngine.draw`); returns the step
+        the last window starts at."""
         start, end = engine.t, int(end)
         self.centre_start = start
         self.centre_end = start + int(0.2 * (end - start))

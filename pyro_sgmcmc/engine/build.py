@@ -300,9 +300,10 @@ def _unit_restart(network, model, args, kwargs, structure, potential) -> UnitRes
     if not network:
         return None
     non_identity = potential.non_identity
+    real = [name for name in structure.latent_sites if name not in non_identity]
     return UnitRestart(model, args, kwargs, structure.plate,
                        functools.partial(constrain, non_identity),
-                       functools.partial(unconstrain, non_identity))  # fmt: skip
+                       functools.partial(unconstrain, non_identity), real)  # fmt: skip
 
 
 def constrain(

@@ -399,8 +399,9 @@ class ChainEngine:
     def _restart_units(self, restarts: Sequence[Restart]) -> None:
         """Start afresh the units of each chain's :class:`~.unit_restart.Restart`, momenta of
         those chains at rest (:meth:`return_to`), and keep the fit check from sending them back
-        to where they were (:meth:`~.fit_recovery.FitRecovery.forget`). Sites that Gibbs blocks
-        draw are left to them. Recorded in :attr:`restarted_units`."""
+        to where they were (:meth:`~.fit_recovery.FitRecovery.forget`); the new state is the
+        anchor a chain stuck in the new windows returns to (:meth:`restore_anchor`). Sites that
+        Gibbs blocks draw are left to them. Recorded in :attr:`restarted_units`."""
         values = {name: v.clone() for name, v in self.layout.unflatten(self.position).items()}
         for c, restart in enumerate(restarts):
             for name, (mask, new) in restart.values.items():
@@ -410,6 +411,7 @@ class ChainEngine:
         self.restarted_units = [restart.units for restart in restarts]
         chains = torch.tensor([restart.units > 0 for restart in restarts])
         self.return_to(chains, self.layout.flatten(values), self.fixed)
+        self.keep_anchor()  # a chain stuck in the new windows goes back here, not before
         recovery = getattr(self.control, "recovery", None)
         if recovery is not None:
             recovery.forget(chains)
@@ -725,6 +727,7 @@ class ChainEngine:
             "cadence": None if self.cadence is None else self.cadence.state_dict(),
             "drawn": self.drawn,
             "decisions": list(self.decisions),
+            "restarted_units": list(self.restarted_units),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -757,6 +760,7 @@ class ChainEngine:
         self.drawn = state.get("drawn")
         self.decisions, self.to_replay = list(state.get("decisions", [])), []
         self.decisions_known = "decisions" in state
+        self.restarted_units = list(state.get("restarted_units", [0] * self.num_chains))
 
 
 def _this_process(flag: bool, what: str) -> bool:

@@ -18,12 +18,14 @@ network's dormant units are re-initialised in training (Sokar et al. 2023):
 
 .. math::
 
-    w^{(l)}_{j\cdot},\ b^{(l)}_j \sim p(\cdot) \text{ (their prior)}, \qquad
+    w^{(l)}_{j\cdot},\ b^{(l)}_j \sim \mathcal N(m, s^2), \qquad
     w^{(l+1)}_{\cdot j} = 0,
 
-so the network's outputs stay what they were wherever the unit was off, and the unit is alive
-again. The chain's momenta are put at rest and the warm-up runs its adaptation windows once more,
-as long again (:meth:`~pyro_sgmcmc.engine.engine.ChainEngine.draw`). Measured on the 20 seeds of
+with :math:`m` and :math:`s` each coordinate's prior mean and standard deviation at the chain's
+position (the prior itself where it is Gaussian), so the network's outputs stay what they were
+wherever the unit was off, and the unit is alive again. The chain's momenta are put at rest and
+the warm-up runs its adaptation windows once more, as long again
+(:meth:`~pyro_sgmcmc.engine.engine.ChainEngine.draw`). Measured on the 20 seeds of
 that family with 100 + 100 epochs (2026-12-07): the 9 seeds that ended with units far out end
 without them, and 19 of 20 within 10% of a hand-tuned reference's test RMSE instead of 18 (seed
 2 from 1.20 to 1.05 times it); the others never restart and end bit for bit as before. Two
@@ -32,14 +34,17 @@ to -31.9), and putting the far coordinates at the prior's mean without silencing
 outgoing weights ruins the fit (test RMSE 36.9 where the reference's is 4.3).
 
 Units of layers laid out otherwise (a weight ``(inputs, units)`` used as ``x @ w``, a
-convolution), and coordinates far out in an outgoing weight, are not restarted; the check at the
-end of the run (:mod:`.prior_distance`) names them.
+convolution), of layers whose weights are not real-valued (a prior on a constrained support),
+and coordinates far out in an outgoing weight, are not restarted; the check at the end of the
+run (:mod:`.prior_distance`) names them. The layers are told by their sites' names and shapes:
+a ``(inputs, units)`` weight named ``<layer>.weight`` with as many inputs as units would be
+taken for ``torch.nn.Linear``'s layout.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -58,8 +63,9 @@ class Restart(NamedTuple):
     Attributes
     ----------
     values:
-        Per site touched, the mask of the coordinates to set and their new values
-        (unconstrained), both shaped like the site.
+        Per site touched, the mask of the coordinates to set and their new values, both shaped
+        like the site (constrained from :func:`units_to_restart`, unconstrained from
+        :class:`UnitRestart`).
     units:
         How many units.
     """
@@ -80,6 +86,8 @@ class UnitRestart:
     constrain, unconstrain:
         Map unconstrained values, ``(...)`` or ``(C, ...)`` per site, to constrained ones, and
         back.
+    real:
+        The sites whose support is the real line (see :func:`units_to_restart`).
     """
 
     def __init__(
@@ -90,9 +98,10 @@ class UnitRestart:
         plate: DataPlate,
         constrain: Callable[[TensorMap], TensorMap],
         unconstrain: Callable[[TensorMap], TensorMap],
+        real: Collection[str] | None = None,
     ) -> None:
         self.model, self.args, self.kwargs, self.plate = model, args, kwargs, plate
-        self.constrain, self.unconstrain = constrain, unconstrain
+        self.constrain, self.unconstrain, self.real = constrain, unconstrain, real
 
     def __call__(self, values: TensorMap, generators: Sequence[torch.Generator]) -> list[Restart]:
         """Per chain, the units to start afresh at ``values`` (unconstrained, ``(C, ...)`` per
@@ -106,7 +115,7 @@ class UnitRestart:
         for c in range(first.shape[0]):
             chain = {name: value[c] for name, value in constrained.items()}
             distances = prior_distances(model, args, kwargs, {n: v[None] for n, v in chain.items()})
-            found = units_to_restart(chain, distances, generators[c])
+            found = units_to_restart(chain, distances, generators[c], self.real)
             new = self.unconstrain({name: value for name, (_, value) in found.values.items()})
             masks = {name: mask for name, (mask, _) in found.values.items()}
             restarts.append(Restart({n: (m, new[n]) for n, m in masks.items()}, found.units))
@@ -117,6 +126,7 @@ def units_to_restart(
     values: TensorMap,
     distances: Mapping[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     generator: torch.Generator,
+    real: Collection[str] | None = None,
 ) -> Restart:
     """The units of one chain to start afresh, with their new values (constrained).
 
@@ -130,9 +140,14 @@ def units_to_restart(
         (:func:`~pyro_sgmcmc.engine.prior_distance.prior_distances`).
     generator:
         The chain's generator, for the new incoming weights and biases.
+    real:
+        The sites whose support is the real line (restarted only where the layer's weight,
+        bias and outgoing weight all are); ``None``: every site.
     """
     drawn, silenced, count = [], [], 0
     for name, bias, taker in _linear_layers(values, distances):
+        if real is not None and not {name, bias, taker} <= set(real):
+            continue
         far = distances[name][0] > FAR_FROM_PRIOR
         dead = far.any(1) | (distances[bias][0] > FAR_FROM_PRIOR)
         if not bool(dead.any()):
