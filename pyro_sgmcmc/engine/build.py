@@ -197,7 +197,7 @@ class PreparedChains:
 
     def constrain(self, values: Mapping[str, torch.Tensor]) -> TensorDict:
         """Constrained values of unconstrained ones (any number of leading dimensions)."""
-        return constrain(self.potential.non_identity, values)
+        return self.potential.constrain(values)[0]
 
 
 def prepare_chains(
@@ -299,35 +299,10 @@ def _unit_restart(network, model, args, kwargs, structure, potential) -> UnitRes
     warm-up (:mod:`.unit_restart`); ``None`` for a model without hidden units."""
     if not network:
         return None
-    non_identity = potential.non_identity
-    real = [name for name in structure.latent_sites if name not in non_identity]
+    real = [name for name in structure.latent_sites if name not in potential.non_identity]
     return UnitRestart(model, args, kwargs, structure.plate,
-                       functools.partial(constrain, non_identity),
-                       functools.partial(unconstrain, non_identity), real)  # fmt: skip
-
-
-def constrain(
-    non_identity: Mapping[str, Transform], values: Mapping[str, torch.Tensor]
-) -> TensorDict:
-    """Constrained values of unconstrained ones (any number of leading dimensions);
-    ``non_identity`` maps a site to its constrained-to-unconstrained transform where that is not
-    the identity."""
-    out = {}
-    for name, value in values.items():
-        transform = non_identity.get(name)
-        out[name] = value if transform is None else transform.inv(value)
-    return out
-
-
-def unconstrain(
-    non_identity: Mapping[str, Transform], values: Mapping[str, torch.Tensor]
-) -> TensorDict:
-    """Unconstrained values of constrained ones (the inverse of :func:`constrain`)."""
-    out = {}
-    for name, value in values.items():
-        transform = non_identity.get(name)
-        out[name] = value if transform is None else transform(value)
-    return out
+                       lambda values: potential.constrain(values)[0], potential.unconstrain,
+                       real)  # fmt: skip
 
 
 def _funnel_watch(settings, structure, args, kwargs, gibbs_sites, network, layout):

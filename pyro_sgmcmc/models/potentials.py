@@ -133,6 +133,14 @@ class Potential:
             log_det = log_det + ladj.reshape(z.shape[0], -1).sum(-1)
         return constrained, log_det
 
+    def unconstrain(self, constrained: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Map constrained values (any leading dimensions) to unconstrained space."""
+        unconstrained = dict(constrained)
+        for name, transform in self.non_identity.items():
+            if name in constrained:
+                unconstrained[name] = transform(constrained[name])
+        return unconstrained
+
     def log_joint(self, constrained: Mapping[str, torch.Tensor], rows: torch.Tensor | None):
         """The ``(C,)`` minibatch log joint densities at constrained values."""
         raise NotImplementedError  # pragma: no cover - abstract
