@@ -197,7 +197,11 @@ class PreparedChains:
 
     def constrain(self, values: Mapping[str, torch.Tensor]) -> TensorDict:
         """Constrained values of unconstrained ones (any number of leading dimensions)."""
-        return self.potential.constrain(values)[0]
+        out = {}
+        for name, value in values.items():
+            transform = self.potential.non_identity.get(name)
+            out[name] = value if transform is None else transform.inv(value)
+        return out
 
 
 def prepare_chains(
@@ -287,22 +291,23 @@ def prepare_chains(
         warmup_steps_per_draw=steps_per_draw,
         thinning_meter=meter,
     )
-    engine.unit_restart = _unit_restart(network, model, args, kwargs, structure, potential)
     engine.start(flat, fixed)
-    return PreparedChains(
+    prepared = PreparedChains(
         engine, structure, transforms, potential, initial, seeds, (args, dict(kwargs))
     )
+    engine.unit_restart = _unit_restart(network, prepared)
+    return prepared
 
 
-def _unit_restart(network, model, args, kwargs, structure, potential) -> UnitRestart | None:
+def _unit_restart(network: bool, chains: PreparedChains) -> UnitRestart | None:
     """What starts a network's units far outside their prior afresh at the planned end of
     warm-up (:mod:`.unit_restart`); ``None`` for a model without hidden units."""
     if not network:
         return None
+    structure, potential = chains.structure, chains.potential
     real = [name for name in structure.latent_sites if name not in potential.non_identity]
-    return UnitRestart(model, args, kwargs, structure.plate,
-                       lambda values: potential.constrain(values)[0], potential.unconstrain,
-                       real)  # fmt: skip
+    return UnitRestart(structure.model, *chains.data, structure.plate, chains.constrain,
+                       potential.unconstrain, real)  # fmt: skip
 
 
 def _funnel_watch(settings, structure, args, kwargs, gibbs_sites, network, layout):
