@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import warnings
 
+import pyro.distributions as dist
 import torch
+from pyro.nn import PyroModule, PyroSample
 from test_prior_distance import _network_and_prior_draws
 
 from pyro_sgmcmc import SGHMC, run_chains
 from pyro_sgmcmc.engine import prepare_chains, unit_restart
 from pyro_sgmcmc.engine.prior_distance import FAR_FROM_PRIOR
-from pyro_sgmcmc.engine.unit_restart import Restart, UnitRestart, units_to_restart
+from pyro_sgmcmc.engine.unit_restart import (
+    Restart,
+    UnitRestart,
+    linear_module_sites,
+    units_to_restart,
+)
 from pyro_sgmcmc.errors import SamplerWarning
+from pyro_sgmcmc.models.structure import inspect_model
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood
 
 
@@ -138,3 +146,57 @@ def test_a_restart_leaves_the_sites_of_gibbs_blocks_to_them():
     engine.restarted_units = [0]
     engine.load_state_dict(state)
     assert engine.restarted_units == [1]
+
+
+class _Rescale(PyroModule):
+    """A layer of another kind than ``torch.nn.Linear`` with its site names and shapes: a
+    ``(units, inputs)`` ``weight`` and a ``(units,)`` ``bias``, used elementwise."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = PyroSample(dist.Normal(0.0, 1.0).expand([width, width]).to_event(2))
+        self.bias = PyroSample(dist.Normal(0.0, 1.0).expand([width]).to_event(1))
+
+    def forward(self, x):
+        return x * self.weight.diagonal() + self.bias
+
+
+class _Net(PyroModule):
+    def __init__(self, name: str = "") -> None:
+        super().__init__(name)
+        self.first = _Rescale(4)
+        self.second = PyroModule[torch.nn.Linear](4, 4)
+        self.second.weight = PyroSample(dist.Normal(0.0, 1.0).expand([4, 4]).to_event(2))
+        self.second.bias = PyroSample(dist.Normal(0.0, 1.0).expand([4]).to_event(1))
+        self.last = PyroModule[torch.nn.Linear](4, 1)
+        self.last.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 4]).to_event(2))
+
+    def forward(self, x):
+        return self.last(torch.relu(self.second(self.first(x))))
+
+
+def test_in_a_pyro_module_only_linear_layers_are_restarted():
+    """In a ``PyroModule`` a layer is restarted only where its weight and the next one are
+    ``torch.nn.Linear`` modules': a layer of another kind with the same names and shapes is
+    left as it is (the names of a named root carry its name); a model written as a function is
+    judged by names and shapes alone."""
+    assert linear_module_sites(_Net()) == {"second.weight", "last.weight"}
+    assert linear_module_sites(_Net("net")) == {"net.second.weight", "net.last.weight"}
+    assert linear_module_sites(_forward) is None
+    shapes = {"first.weight": (4, 4), "first.bias": (4,), "second.weight": (4, 4),
+              "second.bias": (4,), "last.weight": (1, 4)}  # fmt: skip
+    values = {name: torch.ones(shape) for name, shape in shapes.items()}
+    distances = {name: (torch.full(shape, FAR_FROM_PRIOR + 1.0), torch.zeros(shape),
+                        torch.ones(shape)) for name, shape in shapes.items()}  # fmt: skip
+    every = units_to_restart(values, distances, torch.Generator().manual_seed(0))
+    assert every.units == 8  # by names and shapes, both layers
+    linear = linear_module_sites(_Net())
+    only = units_to_restart(values, distances, torch.Generator().manual_seed(0), None, linear)
+    assert only.units == 4
+    assert sorted(only.values) == ["last.weight", "second.bias", "second.weight"]
+    # the engine's restart finds the module's layers
+    x = torch.randn(30, 4, generator=torch.Generator().manual_seed(1))
+    model = BayesianMLP(4, [6], 1, activation="relu")
+    structure = inspect_model(model, (x, torch.randn(30)), {})
+    restart = UnitRestart(structure.model, (x, torch.randn(30)), {}, structure.plate, dict, dict)
+    assert restart.linear == {"layers.0.weight", "layers.1.weight"}
