@@ -30,6 +30,9 @@ are the same for every seed (the seed is the chain's), so the best reference run
 every seed's reference, and a run is judged by the test NLL of the model average (the accuracy
 is reported beside it) instead of the RMSE.
 
+``--every K`` also scores the model average of the first K, 2K, ... kept draws of each run
+(``by_draws``): whether more sampling would close a gap.
+
 Run, e.g.: ``python benchmarks/scale_family.py --kernels sghmc sgld psgld --seeds 0 1 2 --jobs 2``
 (writes ``benchmarks/results/scale_family.json``; each run takes about 90 s on one core), and the
 reference: ``--kernels sghmc --learning-rate 0.01 --friction 0.1 --epochs 200 --name
@@ -111,12 +114,18 @@ class Regression:
             likelihood=NormalLikelihood(precision=GammaPrecision(2.0, 0.5)),
         )  # fmt: skip
 
-    def score(self, samples: dict[str, torch.Tensor]) -> dict:
+    def score(self, samples: dict[str, torch.Tensor], every: int | None = None) -> dict:
         x_test = (self.x_test - self.x_mean) / self.x_sd
         with torch.no_grad():
-            outputs = self.model.functional_forward(samples, x_test)
-        mean = outputs.squeeze(-1).mean(0) * self.y_sd + self.y_mean
-        return {"rmse": round(float((mean - self.y_test).square().mean().sqrt()), 3)}
+            outputs = self.model.functional_forward(samples, x_test).squeeze(-1)
+        mean = outputs.mean(0) * self.y_sd + self.y_mean
+        rmse = round(float((mean - self.y_test).square().mean().sqrt()), 3)
+        if every is None:
+            return {"rmse": rmse}
+        counts = torch.arange(1, outputs.shape[0] + 1)[:, None]
+        means = outputs.cumsum(0) / counts * self.y_sd + self.y_mean  # of the first k draws
+        rmses = [round(float((m - self.y_test).square().mean().sqrt()), 3) for m in means]
+        return {"rmse": rmse, **_by_draws(rmses, every)}
 
 
 class FashionMNIST:
@@ -129,16 +138,29 @@ class FashionMNIST:
         self.model = BayesianMLP(784, [100], 10, activation="sigmoid", likelihood="categorical",
                                  prior=NormalPrior(1.0))  # fmt: skip
 
-    def score(self, samples: dict[str, torch.Tensor]) -> dict:
+    def score(self, samples: dict[str, torch.Tensor], every: int | None = None) -> dict:
         probs = torch.zeros(len(self.y_test), 10)
         draws = next(iter(samples.values())).shape[0]
+        nlls = []
         with torch.no_grad():
             for i in range(draws):  # one draw at a time: 10,000 x 10 outputs each
                 draw = {name: value[i] for name, value in samples.items()}
                 probs += self.model.functional_forward(draw, self.x_test).softmax(-1)
+                if every is not None and (i + 1) % every == 0:
+                    nlls.append(round(metrics.negative_log_likelihood(probs / (i + 1),
+                                                                      self.y_test), 4))  # fmt: skip
         probs /= draws
         return {"nll": round(metrics.negative_log_likelihood(probs, self.y_test), 4),
-                "accuracy": round(metrics.accuracy(probs, self.y_test), 4)}  # fmt: skip
+                "accuracy": round(metrics.accuracy(probs, self.y_test), 4),
+                **_by_draws(nlls, every)}  # fmt: skip
+
+
+def _by_draws(scores: list[float], every: int | None) -> dict:
+    """``{"by_draws": [score of the model average of the first every, 2 every, ... draws]}``
+    (nothing without ``every``)."""
+    if every is None:
+        return {}
+    return {"by_draws": [scores[k - 1] for k in range(every, len(scores) + 1, every)]}
 
 
 PROBLEMS = {"teacher": Regression, "fashion-mnist": FashionMNIST}
@@ -147,7 +169,7 @@ PROBLEMS = {"teacher": Regression, "fashion-mnist": FashionMNIST}
 def run_one(
     kernel: str, seed: int, warmup: int, epochs: int, batch: int,
     hand: tuple[float | None, float | None] = (None, None), rows: int = ROWS,
-    data: str = "teacher",
+    data: str = "teacher", every: int | None = None,
 ) -> dict:  # fmt: skip
     """One run on ``rows`` rows of ``data``; ``hand`` is a hand-given ``(learning_rate,
     friction)`` (``None``: adapted)."""
@@ -175,7 +197,7 @@ def run_one(
         if w.category.__name__ == "SamplerWarning" and "not converged" not in str(w.message)
     ]  # fmt: skip
     seconds = round(time.perf_counter() - start, 1)
-    return {**row, **problem.score(result.get_samples()), "seconds": seconds,
+    return {**row, **problem.score(result.get_samples(), every), "seconds": seconds,
             "health_warnings": health}  # fmt: skip
 
 
@@ -243,8 +265,8 @@ def judge(rows: list[dict], best: dict[int, float], data: str = "teacher") -> No
 def run_all(args: argparse.Namespace) -> list[dict]:
     """Every kernel on every seed, ``args.jobs`` runs at once."""
     hand = (args.learning_rate, args.friction)
-    jobs = [(k, s, args.warmup, args.epochs, args.batch_size, hand, args.rows, args.data)
-            for s in args.seeds for k in args.kernels]  # fmt: skip
+    jobs = [(k, s, args.warmup, args.epochs, args.batch_size, hand, args.rows, args.data,
+             args.every) for s in args.seeds for k in args.kernels]  # fmt: skip
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         return list(pool.map(run_one, *zip(*jobs, strict=True)))
 
@@ -264,6 +286,8 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=ROWS, help="rows per data set (80%% train)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (one core each)")
+    parser.add_argument("--every", type=int, help="also score the model average of the first "
+                        "EVERY, 2 EVERY, ... kept draws (by_draws)")  # fmt: skip
     parser.add_argument("--learning-rate", type=float, help="hand-given (default: adapted)")
     parser.add_argument("--friction", type=float, help="hand-given SGHMC friction")
     parser.add_argument("--reference", nargs="+", help="JSON of reference runs by this script")
@@ -284,6 +308,9 @@ def main() -> None:
     scores = [SCORE[args.data]] + (["accuracy"] if args.data == "fashion-mnist" else [])
     print_table(rows, ["kernel", "seed", *scores, "reference", "ratio", "outcome", "seconds"])
     for row in rows:
+        if "by_draws" in row:
+            print(f"  {row['kernel']} seed {row['seed']}, every {args.every} draws: "
+                  f"{row['by_draws']}")  # fmt: skip
         for message in [*row.get("health_warnings", []), row.get("error", "")]:
             if message:
                 print(f"  {row['kernel']} seed {row['seed']}: {message}")
