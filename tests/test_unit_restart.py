@@ -17,11 +17,11 @@ from pyro_sgmcmc.engine.prior_distance import FAR_FROM_PRIOR
 from pyro_sgmcmc.engine.unit_restart import (
     Restart,
     UnitRestart,
-    linear_module_sites,
+    other_layer_sites,
     units_to_restart,
 )
 from pyro_sgmcmc.errors import SamplerWarning
-from pyro_sgmcmc.models.structure import inspect_model
+from pyro_sgmcmc.models.structure import GlobalSitesFirst, inspect_model
 from pyro_sgmcmc.nn import BayesianMLP, GammaPrecision, NormalLikelihood
 
 
@@ -175,14 +175,18 @@ class _Net(PyroModule):
         return self.last(torch.relu(self.second(self.first(x))))
 
 
-def test_in_a_pyro_module_only_linear_layers_are_restarted():
-    """In a ``PyroModule`` a layer is restarted only where its weight and the next one are
-    ``torch.nn.Linear`` modules': a layer of another kind with the same names and shapes is
-    left as it is (the names of a named root carry its name); a model written as a function is
-    judged by names and shapes alone."""
-    assert linear_module_sites(_Net()) == {"second.weight", "last.weight"}
-    assert linear_module_sites(_Net("net")) == {"net.second.weight", "net.last.weight"}
-    assert linear_module_sites(_forward) is None
+def test_a_layer_of_another_kind_in_a_pyro_module_is_not_restarted():
+    """Where a layer's weight is that of a ``PyroModule`` other than ``torch.nn.Linear``, the
+    layer is left as it is whatever its names and shapes (the names of a named root, or of a
+    network held by a plain ``torch.nn.Module``, are Pyro's); sites of no module keep the
+    names-and-shapes rule."""
+    assert other_layer_sites(_Net()) == {"first.weight", "weight"}  # the root is a PyroModule
+    assert other_layer_sites(_Net("net")) == {"net.first.weight", "net.weight"}
+    holder = torch.nn.Module()
+    holder.net = _Net()
+    assert other_layer_sites(holder) == {"first.weight", "weight"}  # as Pyro names them
+    assert other_layer_sites(_forward) == frozenset()
+    assert other_layer_sites(GlobalSitesFirst(_Net())) == {"first.weight", "weight"}
     shapes = {"first.weight": (4, 4), "first.bias": (4,), "second.weight": (4, 4),
               "second.bias": (4,), "last.weight": (1, 4)}  # fmt: skip
     values = {name: torch.ones(shape) for name, shape in shapes.items()}
@@ -190,13 +194,13 @@ def test_in_a_pyro_module_only_linear_layers_are_restarted():
                         torch.ones(shape)) for name, shape in shapes.items()}  # fmt: skip
     every = units_to_restart(values, distances, torch.Generator().manual_seed(0))
     assert every.units == 8  # by names and shapes, both layers
-    linear = linear_module_sites(_Net())
-    only = units_to_restart(values, distances, torch.Generator().manual_seed(0), None, linear)
+    other = other_layer_sites(_Net())
+    only = units_to_restart(values, distances, torch.Generator().manual_seed(0), None, other)
     assert only.units == 4
     assert sorted(only.values) == ["last.weight", "second.bias", "second.weight"]
-    # the engine's restart finds the module's layers
+    # the engine's restart of a BayesianMLP judges both its layers
     x = torch.randn(30, 4, generator=torch.Generator().manual_seed(1))
     model = BayesianMLP(4, [6], 1, activation="relu")
     structure = inspect_model(model, (x, torch.randn(30)), {})
     restart = UnitRestart(structure.model, (x, torch.randn(30)), {}, structure.plate, dict, dict)
-    assert restart.linear == {"layers.0.weight", "layers.1.weight"}
+    assert not {"layers.0.weight", "layers.1.weight"} & restart.other_layers

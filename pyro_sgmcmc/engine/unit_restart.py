@@ -36,13 +36,12 @@ outgoing weights ruins the fit (test RMSE 36.9 where the reference's is 4.3).
 Units of layers laid out otherwise (a weight ``(inputs, units)`` used as ``x @ w``, a
 convolution), of layers whose weights are not real-valued (a prior on a constrained support),
 and coordinates far out in an outgoing weight, are not restarted; the check at the end of the
-run (:mod:`.prior_distance`) names them. In a model that is a ``torch.nn.Module`` (a
-``PyroModule``, as Pyro's tutorials write networks) a layer is restarted only where its weight
-and the taker's are those of ``torch.nn.Linear`` submodules (``<path>.weight`` with the module at
-``<path>``): a layer of another kind with the same names and shapes is left as it is. In a model
-written as a function, the layers are told by their sites' names and shapes alone, so there a
-``(inputs, units)`` weight named ``<layer>.weight`` with as many inputs as units would be taken
-for ``torch.nn.Linear``'s layout.
+run (:mod:`.prior_distance`) names them. Where a layer's weight or the taker's is the
+``weight`` of a ``PyroModule`` that is not a ``torch.nn.Linear`` (Pyro names a module's sites
+``<module name>.weight``), the layer is left as it is, whatever its names and shapes. Sites of
+no such module (a model written as a function, ``pyro.sample`` with names of its own) are told
+by their names and shapes alone, so there a ``(inputs, units)`` weight named ``<layer>.weight``
+with as many inputs as units would be taken for ``torch.nn.Linear``'s layout.
 """
 
 from __future__ import annotations
@@ -52,11 +51,12 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
+from pyro.nn import PyroModule
 
-from ..models.structure import DataPlate
+from ..models.structure import DataPlate, GlobalSitesFirst
 from .prior_distance import FAR_FROM_PRIOR, prior_distances
 
-__all__ = ["Restart", "UnitRestart", "linear_module_sites", "units_to_restart"]
+__all__ = ["Restart", "UnitRestart", "other_layer_sites", "units_to_restart"]
 
 TensorMap = Mapping[str, torch.Tensor]
 
@@ -106,7 +106,7 @@ class UnitRestart:
     ) -> None:
         self.model, self.args, self.kwargs, self.plate = model, args, kwargs, plate
         self.constrain, self.unconstrain, self.real = constrain, unconstrain, real
-        self.linear = linear_module_sites(model)
+        self.other_layers = other_layer_sites(model)
 
     def __call__(self, values: TensorMap, generators: Sequence[torch.Generator]) -> list[Restart]:
         """Per chain, the units to start afresh at ``values`` (unconstrained, ``(C, ...)`` per
@@ -120,7 +120,8 @@ class UnitRestart:
         for c in range(first.shape[0]):
             chain = {name: value[c] for name, value in constrained.items()}
             distances = prior_distances(model, args, kwargs, {n: v[None] for n, v in chain.items()})
-            found = units_to_restart(chain, distances, generators[c], self.real, self.linear)
+            found = units_to_restart(chain, distances, generators[c], self.real,
+                                     self.other_layers)  # fmt: skip
             new = self.unconstrain({name: value for name, (_, value) in found.values.items()})
             masks = {name: mask for name, (mask, _) in found.values.items()}
             restarts.append(Restart({n: (m, new[n]) for n, m in masks.items()}, found.units))
@@ -132,7 +133,7 @@ def units_to_restart(
     distances: Mapping[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     generator: torch.Generator,
     real: Collection[str] | None = None,
-    linear: Collection[str] | None = None,
+    other_layers: Collection[str] = (),
 ) -> Restart:
     """The units of one chain to start afresh, with their new values (constrained).
 
@@ -149,13 +150,12 @@ def units_to_restart(
     real:
         The sites whose support is the real line (restarted only where the layer's weight,
         bias and outgoing weight all are); ``None``: every site.
-    linear:
-        The weight sites of ``torch.nn.Linear`` modules (:func:`linear_module_sites`): a layer
-        is restarted only where its weight and the taker are among them; ``None``: any site
-        laid out as ``torch.nn.Linear``'s weight.
+    other_layers:
+        Weight sites of layers that are not ``torch.nn.Linear`` (:func:`other_layer_sites`):
+        a layer whose weight or taker is among them is not restarted.
     """
     drawn, silenced, count = [], [], 0
-    for name, bias, taker in _linear_layers(values, distances, linear):
+    for name, bias, taker in _linear_layers(values, distances, other_layers):
         if real is not None and not {name, bias, taker} <= set(real):
             continue
         far = distances[name][0] > FAR_FROM_PRIOR
@@ -178,24 +178,29 @@ def units_to_restart(
     return Restart(restart, count)
 
 
-def linear_module_sites(model: Any) -> frozenset[str] | None:
-    """The ``<path>.weight`` site names of the ``torch.nn.Linear`` submodules of ``model`` (as a
-    ``PyroModule`` names their sites, its own name first where it has one), or ``None`` where
-    ``model`` is not a ``torch.nn.Module``."""
+def other_layer_sites(model: Any) -> frozenset[str]:
+    """The ``weight`` site names, as Pyro names them (``<module name>.weight``), of the
+    ``PyroModule`` s of ``model`` (of the module it wraps, for a
+    :class:`~pyro_sgmcmc.models.structure.GlobalSitesFirst`) that are not ``torch.nn.Linear``;
+    empty for a model that is not a ``torch.nn.Module``."""
+    if isinstance(model, GlobalSitesFirst):
+        model = model.module
     if not isinstance(model, torch.nn.Module):
-        return None
-    root = getattr(model, "_pyro_name", "")
-    paths = [path for path, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
-    return frozenset(".".join(filter(None, (root, path, "weight"))) for path in paths)
+        return frozenset()
+    return frozenset(
+        f"{module._pyro_name}.weight" if module._pyro_name else "weight"
+        for module in model.modules()
+        if isinstance(module, PyroModule) and not isinstance(module, torch.nn.Linear)
+    )
 
 
 def _linear_layers(
-    values: TensorMap, distances: Mapping[str, Any], linear: Collection[str] | None = None
+    values: TensorMap, distances: Mapping[str, Any], other_layers: Collection[str] = ()
 ) -> list[tuple[str, str, str]]:
     """``(weight, bias, taker)`` site names of each layer laid out as ``torch.nn.Linear``'s whose
     weight and bias are judged: the taker is the next such weight in the model's order (a
-    ``.weight`` site of two dimensions), where it takes the layer's units; where ``linear`` is
-    given, both weights must be among it."""
+    ``.weight`` site of two dimensions), where it takes the layer's units; neither weight among
+    ``other_layers``."""
     weights = [name for name, value in values.items()
                if name.endswith(".weight") and value.dim() == 2]  # fmt: skip
     layers = []
@@ -203,7 +208,7 @@ def _linear_layers(
         bias = name[: -len("weight")] + "bias"
         units = values[name].shape[0]
         judged = name in distances and bias in distances
-        if linear is not None and not {name, taker} <= set(linear):
+        if name in other_layers or taker in other_layers:
             continue
         if judged and values[bias].shape == (units,) and values[taker].shape[1] == units:
             layers.append((name, bias, taker))
