@@ -146,7 +146,7 @@ class FashionMNIST:
             for i in range(draws):  # one draw at a time: 10,000 x 10 outputs each
                 draw = {name: value[i] for name, value in samples.items()}
                 probs += self.model.functional_forward(draw, self.x_test).softmax(-1)
-                if every is not None and (i + 1) % every == 0:
+                if every is not None:  # the model average of the first i + 1 draws
                     nlls.append(round(metrics.negative_log_likelihood(probs / (i + 1),
                                                                       self.y_test), 4))  # fmt: skip
         probs /= draws
@@ -157,7 +157,7 @@ class FashionMNIST:
 
 def _by_draws(scores: list[float], every: int | None) -> dict:
     """``{"by_draws": [score of the model average of the first every, 2 every, ... draws]}``
-    (nothing without ``every``)."""
+    from ``scores``, the score of the first 1, 2, ... draws (nothing without ``every``)."""
     if every is None:
         return {}
     return {"by_draws": [scores[k - 1] for k in range(every, len(scores) + 1, every)]}
@@ -308,9 +308,9 @@ def main() -> None:
     scores = [SCORE[args.data]] + (["accuracy"] if args.data == "fashion-mnist" else [])
     print_table(rows, ["kernel", "seed", *scores, "reference", "ratio", "outcome", "seconds"])
     for row in rows:
-        if "by_draws" in row:
-            print(f"  {row['kernel']} seed {row['seed']}, every {args.every} draws: "
-                  f"{row['by_draws']}")  # fmt: skip
+        if row.get("by_draws"):
+            print(f"  {row['kernel']} seed {row['seed']}, the model average of the first "
+                  f"{args.every}, {2 * args.every}, ... draws: {row['by_draws']}")  # fmt: skip
         for message in [*row.get("health_warnings", []), row.get("error", "")]:
             if message:
                 print(f"  {row['kernel']} seed {row['seed']}: {message}")
