@@ -105,3 +105,19 @@ def test_two_hundred_thousand_warmup_steps(driver):
         draws = result.samples["mu"]
     assert torch.isfinite(draws).all()
     assert abs(float(draws.mean()) - float(y.mean())) < 6 * 200**-0.5
+
+
+@pytest.mark.slow
+def test_a_long_warmup_that_chooses_its_thinning():
+    """100,000 warm-up draws of one gradient step each, the thinning chosen by the warm-up: its
+    measurement spans the last 24,980 steps of 2 chains, which Pyro's ``effective_sample_size``
+    measured with a 12,490 x 12,490 matrix per series (10 GB per chain)."""
+    y = _data()
+    kernel = SGHMC(_normal_mean_model, batch_size=20, seed=0)
+    result = run_chains(kernel, y, num_chains=2, num_samples=50, warmup_steps=100_000)
+    for report in result.chain_reports:
+        assert report["warmup_gradient_steps"] >= 100_000
+        assert 1 <= report["num_steps_per_sample"] <= 100
+    draws = result.samples["mu"]
+    assert torch.isfinite(draws).all()
+    assert abs(float(draws.mean()) - float(y.mean())) < 6 * 200**-0.5

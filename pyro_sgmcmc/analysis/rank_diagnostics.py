@@ -46,7 +46,15 @@ import numpy as np
 import xarray as xr
 from scipy import fft, special
 
-__all__ = ["TAIL_PROB", "ess_bulk", "ess_tail", "map_quantities", "rank_rhat", "worst_of_all"]
+__all__ = [
+    "TAIL_PROB",
+    "ess_bulk",
+    "ess_of_draws",
+    "ess_tail",
+    "map_quantities",
+    "rank_rhat",
+    "worst_of_all",
+]
 
 #: The quantiles whose indicators give the tail ESS.
 TAIL_PROB: tuple[float, float] = (0.05, 0.95)
@@ -102,6 +110,24 @@ def ess_tail(draws: np.ndarray) -> np.ndarray:
         ``(K,)`` (``nan`` for a quantity with a ``nan`` draw).
     """
     return _ess_tail(_quantity_major(draws))
+
+
+def ess_of_draws(draws: np.ndarray) -> np.ndarray:
+    r"""The ESS of the draws as they are, neither split nor rank-normalised: what the warm-up
+    measures a chain's autocorrelation time with (:mod:`pyro_sgmcmc.engine.thinning`). Its
+    cost grows as :math:`S \log S`.
+
+    Parameters
+    ----------
+    draws : numpy.ndarray
+        ``(C, S, K)``: ``C`` chains of ``S >= 4`` draws of ``K`` scalar quantities.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(K,)`` (``nan`` for a quantity with a ``nan`` draw; ``C S`` for a constant one).
+    """
+    return _ess(_quantity_major(draws))
 
 
 def worst_of_all(draws: np.ndarray) -> tuple[float, float, float, float]:

@@ -10,8 +10,11 @@ re-estimates the step, the preconditioner and SGHMC's friction):
 
     \tau = 1 + 2 \sum_{l \ge 1} \rho_l, \qquad k = \lceil \tau \rceil,
 
-estimated with Geyer's initial monotone sequence (``pyro.ops.stats.effective_sample_size`` on
-the one chain), so that one kept draw is worth about one effective draw: for an AR(1) series,
+estimated with Geyer's initial monotone sequence on the one chain
+(:func:`~pyro_sgmcmc.analysis.rank_diagnostics.ess_of_draws`, the verdicts' estimator without
+their split and ranks; Pyro's ``effective_sample_size`` forms an :math:`n/2 \times n/2` matrix
+per series for its cumulative minimum: 2 GB and 7 s for a warm-up of 40,000 steps, 15 GB for
+one of 125,000), so that one kept draw is worth about one effective draw: for an AR(1) series,
 thinning by :math:`\tau` leaves a lag-one correlation of :math:`e^{-2}` between kept draws and
 :math:`(1 - e^{-2}) / (1 + e^{-2}) \approx 0.76` effective draws per draw. The measured series
 are, per chain, a few random projections of the position in units of the posterior standard
@@ -51,8 +54,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from pyro.ops.stats import effective_sample_size
 
+from ..analysis.rank_diagnostics import ess_of_draws
 from .controls import median_steps
 from .view import EngineView
 
@@ -109,7 +112,10 @@ class ThinningMeter:
             self.start = int(MEASURE_FROM * warmup_steps)
         self.end = warmup_steps
         self.function_space = function_space
-        self.series: list[torch.Tensor] = []
+        # the recorded series, one row per step, in a buffer allocated once per measurement
+        # (a list of one small tensor per step fragments the heap over a long warm-up)
+        self.buffer: torch.Tensor | None = None
+        self.recorded = 0
         self.directions: torch.Tensor | None = None
         self.rows: torch.Tensor | None = None
         self.autocorrelation_time: np.ndarray | None = None
@@ -125,10 +131,33 @@ class ThinningMeter:
             value, _ = engine.estimator.potential.value_and_grad(
                 engine.position, engine.fixed, self.rows
             )
-            self.series.append(value.detach().reshape(-1, 1).double())
+            self.record(value.detach().reshape(-1, 1))
         else:
             scaled = engine.position / self.scale
-            self.series.append(torch.einsum("cd,cdk->ck", scaled, self.directions).double())
+            self.record(torch.einsum("cd,cdk->ck", scaled, self.directions))
+
+    @property
+    def series(self) -> torch.Tensor:
+        """``(n, C, K)`` float64: the values recorded so far, one row per step (``n = 0``
+        before the first)."""
+        if self.buffer is None:
+            return torch.zeros(0, 0, 0, dtype=torch.float64)
+        return self.buffer[: self.recorded]
+
+    def record(self, values: torch.Tensor) -> None:
+        """Append one step's ``(C, K)`` values to the series, in place: the buffer holds the
+        whole measurement window and doubles if a step beyond it comes."""
+        if self.buffer is None or self.recorded == self.buffer.shape[0]:
+            capacity = max(self.end - self.start, 4, 2 * self.recorded)
+            grown = values.new_empty((capacity, *values.shape), dtype=torch.float64)
+            if self.buffer is not None:
+                grown[: self.recorded] = self.buffer
+            self.buffer = grown
+        self.buffer[self.recorded] = values.detach()
+        self.recorded += 1
+
+    def _clear(self) -> None:
+        self.buffer, self.recorded = None, 0
 
     def _begin(self, engine: EngineView) -> None:
         position = engine.position
@@ -155,25 +184,23 @@ class ThinningMeter:
             int(min(MAX_THINNING, max(1, math.ceil(t * r))))
             for t, r in zip(times, change, strict=True)
         ]
-        self.series = []
+        self._clear()
         return self.thinning
 
     def measure(self) -> np.ndarray | None:
         """Per chain, the autocorrelation time of the series recorded so far, in gradient steps
         (``None`` with fewer than four steps recorded); also kept as ``autocorrelation_time``."""
-        if len(self.series) < 4:
+        if self.recorded < 4:
             self.autocorrelation_time = None
             return None
-        series = torch.stack(self.series).cpu()  # (n, C, K)
+        series = self.series.cpu()  # (n, C, K)
         if not self.function_space:  # the spread as well as the mean
             series = torch.cat([series, (series - series.mean(0)).square()], -1)
-        length, num_chains = series.shape[0], series.shape[1]
-        times = np.ones(num_chains)
-        for c in range(num_chains):
-            ess = effective_sample_size(series[:, c].unsqueeze(0), chain_dim=0, sample_dim=1)
-            ess = ess[torch.isfinite(ess) & (ess > 0)]
-            if ess.numel():
-                times[c] = max(1.0, float(length / ess.min()))
+        length, num_chains, count = series.shape
+        ess = ess_of_draws(series.reshape(1, length, num_chains * count).numpy())
+        ess = ess.reshape(num_chains, count)
+        ess = np.where(np.isfinite(ess) & (ess > 0), ess, np.inf).min(1)
+        times = np.where(np.isfinite(ess), np.maximum(1.0, length / ess), 1.0)
         self.autocorrelation_time = times
         return times
 
@@ -190,7 +217,8 @@ class ThinningMeter:
         the window's ramp) to step ``end``, along new random projections in units of the
         posterior scale measured by then."""
         self.start, self.end = int(start) + RAMP_STEPS, int(end)
-        self.series, self.directions = [], None
+        self.directions = None
+        self._clear()
 
     def reliable(self) -> list[bool]:
         """Per chain, whether the measurement spanned :data:`RELIABLE_LENGTH` autocorrelation
@@ -226,7 +254,7 @@ class ThinningMeter:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "series": list(self.series),
+            "series": self.series.clone(),
             "directions": self.directions,
             "scale": getattr(self, "scale", None),
             "rows": self.rows,
@@ -238,14 +266,22 @@ class ThinningMeter:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.series = list(state["series"])
+        self.start, self.end = state.get("window", (self.start, self.end))  # a lengthened warm-up
         self.directions, self.rows = state["directions"], state["rows"]
         if state["scale"] is not None:
             self.scale = state["scale"]
         times = state["autocorrelation_time"]
         self.autocorrelation_time = None if times is None else times.numpy()
         self.thinning = None if state["thinning"] is None else list(state["thinning"])
-        self.start, self.end = state.get("window", (self.start, self.end))  # a lengthened warm-up
+        series = state["series"]
+        if isinstance(series, list):  # a checkpoint of the earlier format: one tensor a step
+            series = torch.stack(series) if series else torch.zeros(0, 0, 0)
+        self._clear()
+        if series.shape[0]:
+            capacity = max(self.end - self.start, series.shape[0])
+            self.buffer = series.new_empty((capacity, *series.shape[1:]), dtype=torch.float64)
+            self.buffer[: series.shape[0]] = series
+            self.recorded = series.shape[0]
 
 
 #: How many of its last kept states a chain remembers as places to go back to.
