@@ -120,12 +120,13 @@ def ess_of_draws(draws: np.ndarray) -> np.ndarray:
     Parameters
     ----------
     draws : numpy.ndarray
-        ``(C, S, K)``: ``C`` chains of ``S >= 4`` draws of ``K`` scalar quantities.
+        Chains x draws x quantities, ``(C, S, K)`` with ``S >= 4`` (one chain is enough).
 
     Returns
     -------
     numpy.ndarray
-        ``(K,)`` (``nan`` for a quantity with a ``nan`` draw; ``C S`` for a constant one).
+        The ESS of each quantity, ``(K,)``: ``C S`` where it is constant, ``nan`` where a draw
+        is.
     """
     return _ess(_quantity_major(draws))
 
