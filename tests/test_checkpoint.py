@@ -172,6 +172,31 @@ def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, name, stop, seed
     assert not list(tmp_path.glob("*.tmp")), "a temporary file was left behind"
 
 
+def test_a_run_stopped_while_the_warmup_measures_its_thinning_resumes_bit_identically(tmp_path):
+    """With nothing given the warm-up takes 4,000 gradient steps (6 draws of 667) and measures
+    the thinning over its last quarter: stopped after 5 warm-up draws (step 3,335, with 314
+    steps of the measurement recorded), the resumed run equals the uninterrupted one."""
+
+    def make():
+        return SGHMC(model, batch_size=8, seed=11)
+
+    pyro.set_rng_seed(3)
+    reference = ResumableMCMC(make(), SAMPLES, warmup_steps=WARMUP, disable_progbar=True)
+    reference.run(Y)
+    path = tmp_path / "run.ckpt"
+    pyro.set_rng_seed(3)
+    mcmc = ResumableMCMC(make(), SAMPLES, warmup_steps=WARMUP, hook_fn=stop_at(5),
+                         disable_progbar=True, checkpoint_path=path)  # fmt: skip
+    with pytest.raises(KeyboardInterrupt), pytest.warns(UserWarning, match="interrupted"):
+        mcmc.run(Y)
+    resumed = ResumableMCMC.resume(path, make(), Y, disable_progbar=True)
+    assert_same_run(reference, resumed)
+    assert (
+        resumed.diagnostics()["num_steps_per_sample"]
+        == reference.diagnostics()["num_steps_per_sample"]
+    )
+
+
 def test_resumable_driver_draws_what_pyro_mcmc_draws():
     kernel = KERNELS["sghmc"](seed=5)
     pyro_run = MCMC(kernel, SAMPLES, warmup_steps=WARMUP, disable_progbar=True)

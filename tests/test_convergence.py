@@ -492,16 +492,22 @@ def _ar1(length: int, chains: int, phi: float, seed: int) -> torch.Tensor:
 
 
 def test_the_thinning_measures_a_known_autocorrelation_time():
-    """An AR(1) series with coefficient 0.9 has the autocorrelation time (1 + 0.9) / (1 - 0.9)
-    = 19 steps; measured over the last quarter of a 200,000-step warm-up (49,980 steps, 4
-    chains) each chain's estimate is within 25% (the estimate's relative standard error over
-    that length is about 5%), and the thinning is its ceiling."""
-    meter = ThinningMeter(200_000, function_space=True)
-    series = _ar1(meter.end - meter.start, 4, 0.9, seed=0)
-    _record(meter, list(series))
+    """An AR(1) series with coefficient phi has the autocorrelation time (1 + phi) / (1 - phi):
+    3 steps for 0.5, 19 for 0.9. Four projections per chain (and their squares, whose time is
+    shorter) recorded over the last quarter of a 200,000-step warm-up (49,980 steps): each
+    chain's estimate is its own series' time within 25% (the estimate's relative standard error
+    over that length is about 5%), a chain whose series is not finite gets 1, and the thinning
+    is the ceiling."""
+    meter = ThinningMeter(200_000, function_space=False)
+    length = meter.end - meter.start
+    series = torch.cat([_ar1(length, 4, 0.5, seed=0), _ar1(length, 4, 0.9, seed=1)], 2)
+    series = torch.cat([series, torch.full((length, 4, 1), math.nan)], 2)  # (n, K=4, C=3)
+    _record(meter, list(series.transpose(1, 2)))
     times = meter.measure()
-    assert times.tolist() == pytest.approx([19.0] * 4, rel=0.25)
+    assert times[:2].tolist() == pytest.approx([3.0, 19.0], rel=0.25)
+    assert times[2] == 1.0
     assert meter.choose(None) == [math.ceil(t) for t in times]
+    assert meter.buffer is None  # released with the choice
 
 
 _MEASURE_A_LONG_WARMUP = """

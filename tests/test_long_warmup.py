@@ -117,7 +117,9 @@ def test_a_long_warmup_that_chooses_its_thinning():
     result = run_chains(kernel, y, num_chains=2, num_samples=50, warmup_steps=100_000)
     for report in result.chain_reports:
         assert report["warmup_gradient_steps"] >= 100_000
-        assert 1 <= report["num_steps_per_sample"] <= 100
+        assert math.isfinite(report["autocorrelation_time"])
+        chosen = min(100, math.ceil(report["autocorrelation_time"]))  # times the slowdown >= 1
+        assert report["num_steps_per_sample"] >= chosen
     draws = result.samples["mu"]
     assert torch.isfinite(draws).all()
     assert abs(float(draws.mean()) - float(y.mean())) < 6 * 200**-0.5

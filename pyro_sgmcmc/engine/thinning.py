@@ -174,6 +174,7 @@ class ThinningMeter:
         the measurement ran with (``None``: the same): the autocorrelation time of Langevin
         dynamics is inversely proportional to its step (SGHMC's: to step over friction)."""
         times = self.measure()
+        self._clear()
         if times is None:
             self.thinning = [1] * (1 if slowdown is None else slowdown.shape[0])
             return self.thinning
@@ -184,7 +185,6 @@ class ThinningMeter:
             int(min(MAX_THINNING, max(1, math.ceil(t * r))))
             for t, r in zip(times, change, strict=True)
         ]
-        self._clear()
         return self.thinning
 
     def measure(self) -> np.ndarray | None:
@@ -196,11 +196,14 @@ class ThinningMeter:
         series = self.series.cpu()  # (n, C, K)
         if not self.function_space:  # the spread as well as the mean
             series = torch.cat([series, (series - series.mean(0)).square()], -1)
-        length, num_chains, count = series.shape
-        ess = ess_of_draws(series.reshape(1, length, num_chains * count).numpy())
-        ess = ess.reshape(num_chains, count)
-        ess = np.where(np.isfinite(ess) & (ess > 0), ess, np.inf).min(1)
-        times = np.where(np.isfinite(ess), np.maximum(1.0, length / ess), 1.0)
+        length = series.shape[0]
+        times = np.ones(series.shape[1])
+        for c, chain in enumerate(series.unbind(1)):  # one chain at a time: memory ~ n K
+            with np.errstate(invalid="ignore", divide="ignore"):  # a non-finite series: time 1
+                ess = ess_of_draws(chain.unsqueeze(0).numpy())
+            ess = ess[np.isfinite(ess) & (ess > 0)]
+            if ess.size:
+                times[c] = max(1.0, length / float(ess.min()))
         self.autocorrelation_time = times
         return times
 
