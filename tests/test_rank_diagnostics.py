@@ -17,9 +17,11 @@ from pyro_sgmcmc.analysis import _arviz
 from pyro_sgmcmc.analysis.diagnostics import worst_statistics
 from pyro_sgmcmc.analysis.rank_diagnostics import (
     ess_bulk,
+    ess_of_draws,
     ess_tail,
     map_quantities,
     rank_rhat,
+    split_chains,
     worst_of_all,
 )
 
@@ -67,6 +69,15 @@ def test_the_statistics_are_arvizs(chains, draws):
         statistics["rhat"] = rank_rhat
     for name, statistic in statistics.items():
         _agree(statistic(x), _arviz_statistic(x, name))
+
+
+@pytest.mark.parametrize(("chains", "draws"), [(2, 200), (4, 101), (3, 7), (1, 60)])
+def test_the_plain_ess_of_the_split_draws_is_arvizs_mean_ess(chains, draws):
+    """:func:`ess_of_draws` takes the draws as they are (the warm-up's thinning measures one
+    chain's series with it); of the split draws it is ArviZ's ESS of the mean."""
+    x = _draws(chains, draws)
+    split = split_chains(np.ascontiguousarray(np.moveaxis(x, 2, 0)))  # (K, 2C, S // 2)
+    _agree(ess_of_draws(np.moveaxis(split, 0, 2)), _arviz_statistic(x, "mean"))
 
 
 def test_a_non_finite_draw_gives_nan_for_its_quantity_only():
