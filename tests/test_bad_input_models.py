@@ -271,6 +271,41 @@ def test_an_unknown_plate_name_in_the_export_is_named(tmp_path):
         fit_svi(mean_model, Y, num_steps=2, plate_name="rows")
 
 
+class LogisticRegression(PyroModule):
+    """A classifier as Pyro's examples write one, ending in its ``Bernoulli`` observations."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = PyroModule[nn.Linear](2, 1)
+        self.linear.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, 2]).to_event(2))
+        self.linear.bias = PyroSample(dist.Normal(0.0, 1.0).expand([1]).to_event(1))
+
+    def forward(self, x, y=None):
+        logits = self.linear(x).squeeze(-1)
+        with pyro.plate("data", x.shape[0]):
+            return pyro.sample("obs", dist.Bernoulli(logits=logits), obs=y)
+
+
+@pytest.mark.parametrize("how", ["MCMC", "run_chains"])
+def test_integer_labels_of_a_bernoulli_are_named_not_blamed_on_the_plate(how):
+    """Was: "the model cannot be restricted to a minibatch of the plate 'data' ... Check that
+    every data tensor has the plate's rows first" (Pyro's NUTS says torch's "result type Float
+    can't be cast to the desired output type Long")."""
+    labels = (X[:, 0] > 0).long()
+    kernel = SGHMC(LogisticRegression(), batch_size=10, seed=0)
+    message = (
+        r"the log-likelihood of observed site 'obs' \(Bernoulli\) cannot be computed on the "
+        r"data given, observations of dtype torch\.int64 \(RuntimeError: .*\)\. Bernoulli "
+        r"scores its observations in floating point: pass them as floats \(e\.g\. y\.float"
+    )
+    with pytest.raises(ModelContractError, match=message):
+        if how == "MCMC":
+            run(kernel, X, labels)
+        else:
+            run_chains(kernel, X, labels, num_chains=2, num_samples=3, warmup_steps=2)
+    run(SGHMC(LogisticRegression(), batch_size=10, seed=0), X, labels.float())  # what works
+
+
 def test_fit_svi_refuses_data_the_model_fails_on_in_one_line():
     """As the kernels do (float64 data for a float32 network): the argument and both dtypes
     named, not torch's error with Pyro's table of trace shapes."""

@@ -63,6 +63,7 @@ from pyro_sgmcmc.analysis.diagnostics import (
     with_hot_chains,
     with_temperatures,
 )
+from pyro_sgmcmc.analysis.export_trace import returned_output
 from pyro_sgmcmc.analysis.function_space import HeldOutOutputDraws, run_verdict
 from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
 from pyro_sgmcmc.engine import build
@@ -1309,3 +1310,68 @@ def test_a_users_pyro_module_network_is_judged_on_its_outputs():
     idata = to_inference_data(result, test=(x[:5],))
     assert idata.posterior.attrs["function_space"] == 1
     assert convergence_report(idata).verdict.basis == "f(x)"
+
+
+class TutorialBNNReturningObservations(TutorialBNN):
+    """The same network ending as many of Pyro's examples end a model: by returning its
+    observation site, ``return pyro.sample("obs", ..., obs=y)``."""
+
+    def forward(self, x, y=None):
+        sigma = pyro.sample("sigma", dist.Uniform(0.0, 10.0))
+        mean = self.fc2(torch.tanh(self.fc1(x))).squeeze(-1)
+        with pyro.plate("data", x.shape[0]):
+            return pyro.sample("obs", dist.Normal(mean, sigma), obs=y)
+
+
+@pytest.mark.parametrize("test", [None, "test"])
+def test_a_network_that_returns_its_observations_is_judged_on_their_mean_not_on_them(test):
+    # judged on what it returns, the run at the training rows would judge the data (the same
+    # value at every draw) and the export at test rows a draw of the noise: both hid chains
+    # that disagree (a user's network was told `converged` where `return mean` was not)
+    x, y = _network_data()
+    test = None if test is None else (x[::8],)
+    results = [
+        run_chains(SGHMC(model, batch_size=16, num_steps_per_sample=2, seed=0), x, y,
+                   num_chains=2, num_samples=20, warmup_steps=40, target_ess=None, test=test)
+        for model in (TutorialBNN(), TutorialBNNReturningObservations())
+    ]  # fmt: skip
+    returning_mean, returning_obs = results
+    for name, value in returning_mean.samples.items():
+        assert torch.equal(value, returning_obs.samples[name]), name
+    assert not returning_mean.verdict.converged
+    assert returning_obs.verdict == returning_mean.verdict
+    exports = [to_inference_data(result, test=(x[::8],)) for result in results]
+    assert np.array_equal(*(idata.predictions["output"].values for idata in exports))
+    assert convergence_report(exports[1]).verdict == convergence_report(exports[0]).verdict
+
+
+def test_the_outputs_a_model_returns_with_its_observations_are_their_distributions_location():
+    x = torch.linspace(-1.0, 1.0, 5)
+    w = torch.tensor([0.5, -1.0, 2.0])
+
+    def classifier(x, y=None):
+        weights = pyro.sample("w", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+        with pyro.plate("data", x.shape[0]):
+            return pyro.sample("obs", dist.Categorical(logits=x[:, None] * weights), obs=y)
+
+    def heavy_tailed(x, y=None):  # Student's t with one degree of freedom has no mean
+        loc = pyro.sample("loc", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", x.shape[0]):
+            return pyro.sample("obs", dist.StudentT(1.0, loc + x, 1.0), obs=y)
+
+    def deterministic(x, y=None):
+        loc = pyro.sample("loc", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(loc + x, 1.0), obs=y)
+            return pyro.deterministic("f", 2.0 * (loc + x))
+
+    probabilities = torch.softmax(x[:, None] * w, -1)
+    for labels in (None, torch.zeros(5, dtype=torch.long)):
+        traced = pyro.poutine.trace(pyro.poutine.condition(classifier, data={"w": w}))
+        assert torch.allclose(returned_output(traced.get_trace(x, labels)), probabilities)
+    conditioned = pyro.poutine.condition(heavy_tailed, data={"loc": torch.tensor(0.5)})
+    trace = pyro.poutine.trace(conditioned).get_trace(x, None)
+    assert torch.equal(returned_output(trace), 0.5 + x)
+    conditioned = pyro.poutine.condition(deterministic, data={"loc": torch.tensor(0.5)})
+    trace = pyro.poutine.trace(conditioned).get_trace(x, torch.zeros(5))
+    assert torch.equal(returned_output(trace), 2.0 * (0.5 + x))

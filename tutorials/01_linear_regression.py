@@ -29,7 +29,7 @@
 # All three see the same Pyro model. We start every chain far from the posterior, look at the
 # traces to see the burn-in, and then compare the kept draws with the exact conjugate posterior.
 #
-# **Run modes.** By default this notebook runs its full configuration (a few minutes on one CPU
+# **Run modes.** By default this notebook runs its full configuration (about a minute on one CPU
 # core; the outputs shown are from such a run). With the environment variable
 # `PYRO_SGMCMC_SMOKE=1` (what CI uses to check that the notebook runs) every chain is shortened
 # so that the notebook runs in well under a minute; the numbers in the final table are then
@@ -241,8 +241,8 @@ for name, (_, _, seconds) in results.items():
 print("gradient steps per kept SGLD draw, as each chain chose:", THINNING)
 
 # %% [markdown]
-# SGLD takes a little less wall time than NUTS here, and the table below gives it about one and
-# a half times NUTS's effective draws per second. How it gets there, and where it could not:
+# SGLD takes a little less wall time than NUTS here, and the table below gives it about 1.2
+# times NUTS's effective draws per second. How it gets there, and where it could not:
 #
 # * **What the run asked for.** SGLD was asked for 1000 kept draws per chain, and each chain
 #   chose a thinning that makes a kept draw close to an independent one: the gradient steps per

@@ -35,7 +35,7 @@
 # $\mathbb E_\theta[e^{s_\theta(x)}]$ (noise the model believes is in the data) and the
 # epistemic part $\operatorname{Var}_\theta[\mu_\theta(x)]$ (uncertainty about the function).
 #
-# **Run modes.** The full configuration takes about a quarter of an hour on one CPU core, most of
+# **Run modes.** The full configuration takes 8 to 15 minutes on one CPU core, most of
 # it NUTS: on this network a NUTS trajectory fills its maximum tree depth, so every draw costs
 # $2^{d} - 1$ full-data gradients. To stay within that time NUTS runs with a maximum tree depth
 # of 7 (127 leapfrog steps) and 150 warm-up and 250 kept draws per chain; its $\hat R$ and ESS

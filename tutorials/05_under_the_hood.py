@@ -449,15 +449,15 @@ schedule_table
 # What the three tables above say:
 #
 # * **Friction (part 1).** Without a Metropolis test the integrator alone, on the exact
-#   gradient, is already a little off (variances 0.904, correlation 0.953, KL 0.139). The
-#   gradient noise without friction makes that far worse: variances 3.77 instead of 1, KL 3.87,
+#   gradient, is already a little off (variances 0.904, correlation 0.953, KL 0.140). The
+#   gradient noise without friction makes that far worse: variances 3.77 instead of 1, KL 3.86,
 #   the energy the noise adds. With friction the draws match the target (variances 1.00,
 #   correlation 0.897, KL 0.000 to three decimals), and a partial momentum refresh leaves that
 #   so (0.988, 0.898, 0.000).
 # * **Mode hopping (part 2).** Every chain of every sampler hops between the modes at least
 #   once. Per kept draw, cyclical SGLD hops most (26.9 hops in 2000 draws, 13.5 per 1000,
-#   against 16.1 for SGLD with a constant step and 12.3 in 1000 draws for NUTS), and its fraction
-#   in the mode at $(2, -2)$, 0.517, is closest to the exact 0.5; NUTS's 0.467 rests on four
+#   against 16.1 for SGLD with a constant step and 11.0 in 1000 draws for NUTS), and its fraction
+#   in the mode at $(2, -2)$, 0.517, is closest to the exact 0.5; NUTS's 0.562 rests on four
 #   chains only.
 # * **Step size and temperature (part 3).** Every constant-step row is within 2% of the
 #   closed-form prediction (the largest gap is 1.5%), including the bias: at $\epsilon = 0.18$ the

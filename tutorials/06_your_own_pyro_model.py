@@ -193,7 +193,7 @@ print({name: tuple(value.shape) for name, value in fits["SGHMC (MCMC)"].items()}
 # chain's first steps were measured at a mode that fits every training image, where the
 # likelihood is nearly flat, and were too large for where sampling took it; its potential rose
 # far beyond what sampling explains, so the warm-up put it back at the end of the descent and
-# went on with steps measured where it had been (30 times smaller here), which it then adapts
+# went on with steps measured where it had been (smaller ones), which it then adapts
 # over the remaining windows. Every chain of this notebook goes through this once. The second
 # is the run's verdict: one chain cannot show that it has mixed (the verdict asks for several
 # chains that agree on the network's outputs), which is what `run_chains` below is for.
@@ -360,13 +360,13 @@ if SMOKE:
 display(table)
 
 # %% [markdown]
-# The column "noise refused" is 0 for both SGHMC runs and 0.004 (2 of 500 images) for SVI. The
+# The column "noise refused" is at most 0.004 (2 of 500 images) for every method. The
 # networks do set noise apart from digits: in the right panel above, the largest predictive
 # probability of a noise image lies mostly between 0.2 and 0.6, while most test images get more
 # than 0.9 (middle panel). But with ten classes the largest probability is never below 0.1, and
 # it falls below the cut-off of 0.2 only when the probability is spread over six classes or
 # more; almost no noise image gets a prediction that flat. It is the cut-off, not the models,
-# that refuses nothing here: the histograms suggest that a cut-off near 0.5 would refuse most
+# that refuses almost nothing here: the histograms suggest that a cut-off near 0.5 would refuse most
 # noise images and few test images. Tutorial 7 sweeps the cut-off and tabulates that trade.
 #
 # ## The other two data-plate idioms
@@ -496,19 +496,19 @@ display(pd.DataFrame(nuts_rows).set_index("method"))
 # 9 gradient steps each (one epoch of 300 images in batches of 32): 3600 gradient steps in all,
 # of which 1800 are warm-up, for 3760 weights. Nine steps between kept draws is little for this
 # network: with 22 steps between draws on the full data, the `run_chains` diagnostics above gave
-# the test log-likelihood a bulk ESS of 55 over 1200 draws. So SGHMC's 200 draws here are
-# likely to be strongly correlated and to cover less of the posterior than NUTS's; its slightly
-# lower accuracy (0.903 against 0.908) and the same NLL (0.393) are what its few seconds buy.
-# Its lower ECE (0.129 against 0.151) says that its predictive is a little better calibrated in
-# this run, not that it explored more. A like-for-like comparison would give
+# the test log-likelihood a bulk ESS of 115 over 1200 draws. So SGHMC's 200 draws here are
+# likely to be strongly correlated and to cover less of the posterior than NUTS's; its lower
+# accuracy (0.889 against 0.922) and higher NLL (0.408 against 0.388) are what its few seconds
+# buy. Its lower ECE (0.127 against 0.161) says that its predictive is a little better
+# calibrated in this run, not that it explored more. A like-for-like comparison would give
 # SGHMC NUTS's time (more steps per draw, more draws, or several chains with `run_chains`); this
 # notebook does not run one.
 #
-# NUTS's mean acceptance of 1.00 is not a sign of good mixing. Pyro's NUTS adapts its step size
-# during warm-up towards an acceptance of 0.8 (`target_accept_prob=0.8`); 1.00 says that the
+# NUTS's mean acceptance of 0.99 is not a sign of good mixing. Pyro's NUTS adapts its step size
+# during warm-up towards an acceptance of 0.8 (`target_accept_prob=0.8`); 0.99 says that the
 # step it kept is smaller than that target asks for, so that each leapfrog step moves less and
 # a trajectory cut off at depth 6 covers less ground. NUTS ran a single chain, so the table
-# has no $\hat R$ to say whether it converged: its 0.908 is a reference for this subset, not
+# has no $\hat R$ to say whether it converged: its 0.922 is a reference for this subset, not
 # the posterior's accuracy.
 #
 # The last cell prints how long this whole notebook took to execute, from its first cell to its

@@ -27,11 +27,45 @@ from ..models.structure import MissingPlateError, plate_chunks, plate_frame, row
 from .export_checks import _check_finite, _check_support, _check_test_like_training, _DataError
 from .export_xarray import _numpy
 
-__all__ = ["OUTPUT"]
+__all__ = ["OUTPUT", "returned_output"]
 
 #: The variable of ``posterior_predictive`` and ``predictions`` holding a model's outputs
 #: (its return value, or its own site of that name): what networks are judged on.
 OUTPUT = "output"
+
+
+def returned_output(trace: poutine.Trace) -> Any:
+    """The outputs :math:`f(x)` a traced model returns: its return value, except where that is
+    the value of one of its sample sites -- ``return pyro.sample("obs", ..., obs=y)``, as Pyro's
+    examples end a model -- whose observations (or, with them removed, a draw of their noise)
+    are not the network's outputs: then the mean of that site's distribution (the class
+    probabilities of a categorical one, the location of one without a mean), ``None`` if it has
+    none of these."""
+    returned = trace.nodes.get("_RETURN", {}).get("value")
+    if not isinstance(returned, torch.Tensor):
+        return returned
+    for site in trace.nodes.values():
+        if site["type"] == "sample" and site["value"] is returned:
+            if site["infer"].get("_deterministic", False):
+                return returned
+            return _location(site["fn"])
+    return returned
+
+
+def _location(fn: Any) -> torch.Tensor | None:
+    """A distribution's mean where it is finite, else its ``probs`` (a categorical's mean is
+    NaN) or its ``loc`` (Student's t with one degree of freedom), else ``None``."""
+    try:
+        mean = fn.mean
+    except (NotImplementedError, AttributeError):
+        mean = None
+    if isinstance(mean, torch.Tensor) and bool(torch.isfinite(mean).all()):
+        return mean
+    for name in ("probs", "loc"):
+        value = getattr(fn, name, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    return mean
 
 
 def _plate_axis_of_value(site: Mapping[str, Any], frame: Any) -> int:
@@ -166,7 +200,7 @@ class _DrawParts:
         """The model's return value as ``output`` -- a network's outputs :math:`f(x)`, one per
         row -- where the model returns a tensor with a leading axis of the rows and has no site
         of that name itself."""
-        returned = trace.nodes.get("_RETURN", {}).get("value")
+        returned = returned_output(trace)
         if OUTPUT in trace.nodes or not isinstance(returned, torch.Tensor):
             return
         if returned.dim() == 0 or returned.shape[0] < rows:

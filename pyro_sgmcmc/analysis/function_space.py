@@ -25,7 +25,7 @@ from pyro import poutine
 from ..models.hidden_units import has_hidden_units
 from ..models.structure import DataPlate, spread_rows
 from .diagnostics import Verdict, judge, worst_statistics
-from .export_trace import OUTPUT, _test_pass
+from .export_trace import OUTPUT, _test_pass, returned_output
 
 __all__ = [
     "OUTPUT_ROWS",
@@ -95,8 +95,8 @@ class OutputDraws:
             trace = poutine.trace(poutine.condition(model, data=dict(latents))).get_trace(
                 *args, **kwargs
             )
-        site = trace.nodes.get("output")
-        value = site["value"] if site is not None else trace.nodes["_RETURN"]["value"]
+        site = trace.nodes.get(OUTPUT)
+        value = site["value"] if site is not None else returned_output(trace)
         if not isinstance(value, torch.Tensor) or value.dim() == 0:
             return None
         if value.shape[0] == self.num_data and self.num_data != len(self.rows):

@@ -68,6 +68,7 @@ from .checkpoint_files import (
     save_checkpoint,
     set_global_rng_state,
 )
+from .mcmc_layout import as_mcmc_lays_them_out
 
 __all__ = [
     "FORMAT_VERSION",
@@ -645,10 +646,14 @@ class ResumableMCMC(MCMC):
         if self.transforms is None:
             self.transforms = dict(getattr(self.kernel, "transforms", None) or {})
         names = sorted(self._chain_draws[0][0])
-        samples = {}
-        for name in names:
-            stacked = torch.stack(
+        stacked = {
+            name: torch.stack(
                 [torch.stack([draw[name] for draw in draws]) for draws in self._chain_draws]
             )
-            samples[name] = self._constrain(name, stacked, self.transforms)
-        self._samples = samples
+            for name in names
+        }
+        laid_out = as_mcmc_lays_them_out(stacked)  # MCMC's bits
+        self._samples = {
+            name: self._constrain(name, laid_out[name], self.transforms).contiguous()
+            for name in names
+        }

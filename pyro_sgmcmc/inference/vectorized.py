@@ -81,6 +81,7 @@ from .checkpoint_files import (
     load_checkpoint,
     restore_state,
 )
+from .mcmc_layout import as_mcmc_lays_them_out
 from .rounds import _Rounds
 
 __all__ = ["VectorizedResult", "run_chains"]
@@ -754,7 +755,8 @@ def _result(
 ) -> VectorizedResult:
     engine = chains.engine
     with torch.no_grad():
-        samples = chains.constrain(recorder.stacked())
+        laid_out = chains.constrain(as_mcmc_lays_them_out(recorder.stacked()))
+        samples = {name: value.contiguous() for name, value in laid_out.items()}
         centre = getattr(engine.estimator, "centre", None)
         if centre is not None:
             values = engine.layout.unflatten(centre.unsqueeze(0))

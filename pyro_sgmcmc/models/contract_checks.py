@@ -1,7 +1,8 @@
 """Checks of the model contract that name what is wrong: an observation that broadcasts its
 distribution, a plate asking for more rows than it has, a prior computed from data that are
 sliced to each minibatch, a latent site inside the data plate, data that are not finite, or of
-another floating dtype than the model. :mod:`.structure` runs them while it inspects a model."""
+another floating dtype than the model, observations whose log-likelihood cannot be computed
+(integer labels for a ``Bernoulli``). :mod:`.structure` runs them while it inspects a model."""
 
 from __future__ import annotations
 
@@ -193,3 +194,46 @@ def check_finite_data(args: tuple, kwargs: Mapping[str, Any]) -> None:
                     f"model argument {name} contains {bad} NaN or infinite values; "
                     "clean or impute the data before sampling"
                 )
+
+
+def unscorable_observation(
+    model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any], latents: Mapping[str, Any]
+) -> ModelContractError | None:
+    """The refusal of an observed site whose log-likelihood cannot be computed on the data as
+    given -- e.g. integer labels for a ``Bernoulli``, whose log-probability torch computes in
+    floating point -- naming the site, the observations' dtype and the distribution's error;
+    ``None`` where every observed site's can (or the model fails before any is reached)."""
+    try:
+        with torch.no_grad():
+            trace = poutine.trace(poutine.condition(model, data=dict(latents))).get_trace(
+                *args, **kwargs
+            )
+    except Exception:
+        return None
+    for name, site in trace.nodes.items():
+        if site["type"] != "sample" or not site["is_observed"] or site_is_subsample(site):
+            continue
+        try:
+            with torch.no_grad():
+                site["fn"].log_prob(site["value"])
+        except Exception as error:
+            return _unscorable(name, site, error)
+    return None
+
+
+def _unscorable(name: str, site: Mapping[str, Any], error: Exception) -> ModelContractError:
+    value = site["value"]
+    distribution = type(site["fn"]).__name__
+    first_line = str(error).splitlines()[0] if str(error) else ""
+    advice = "Check that the observations match the distribution's support and dtype."
+    if isinstance(value, torch.Tensor) and not value.is_floating_point():
+        advice = (
+            f"{distribution} scores its observations in floating point: pass them as floats "
+            "(e.g. y.float())."
+        )
+    dtype = getattr(value, "dtype", type(value).__name__)
+    return ModelContractError(
+        f"the log-likelihood of observed site {name!r} ({distribution}) cannot be computed on "
+        f"the data given, observations of dtype {dtype} ({type(error).__name__}: "
+        f"{first_line}). {advice}"
+    )

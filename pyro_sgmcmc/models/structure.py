@@ -42,6 +42,7 @@ from .contract_checks import (
     latent_in_data_plate,
     model_dtype,
     named_arguments,
+    unscorable_observation,
 )
 
 __all__ = [
@@ -673,6 +674,8 @@ def _find_idiom(
     for plate in candidates:
         if _follows(plate, model, args, kwargs, probe, latents):
             return plate
+    if (failure := unscorable_observation(model, args, kwargs, latents)) is not None:
+        raise failure
     raise ModelContractError(
         f"the model cannot be restricted to a minibatch of the plate {plate_name!r}: neither by "
         "conditioning the plate's indices (`with pyro.plate(name, N) as idx: ... obs=y[idx]`) "

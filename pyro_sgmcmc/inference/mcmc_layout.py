@@ -1,0 +1,36 @@
+"""Kept draws laid out in memory as ``pyro.infer.MCMC`` lays out its own before constraining them.
+
+``MCMC`` stacks each chain's flat draws (every site's unconstrained values, sites in sorted
+order) into one ``(chains, draws, D)`` tensor and constrains each site's slice of it: a strided
+view. Torch's element-wise kernels take another code path on a strided tensor than on a
+contiguous one, and a transform such as ``Uniform(0, 10)``'s sigmoid can then round the same
+value one unit in the last place apart. :func:`as_mcmc_lays_them_out` gives the drivers of this
+package (:func:`~pyro_sgmcmc.run_chains`, :class:`~pyro_sgmcmc.ResumableMCMC`) the same layout,
+so that their constrained draws equal ``MCMC``'s bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+__all__ = ["as_mcmc_lays_them_out"]
+
+
+def as_mcmc_lays_them_out(draws: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``draws`` (site -> ``(chains, draws, *shape)``, unconstrained) as views of one
+    ``(chains, draws, D)`` tensor of the sites' flat values in sorted order, the same values in
+    the layout ``pyro.infer.MCMC`` constrains them in."""
+    names = sorted(draws)
+    if not names:
+        return {}
+    leading = tuple(draws[names[0]].shape[:2])
+    flat = torch.cat([draws[name].reshape(*leading, -1) for name in names], dim=-1)
+    laid_out, start = {}, 0
+    for name in names:
+        shape = draws[name].shape[2:]
+        end = start + shape.numel()
+        laid_out[name] = flat[..., start:end].reshape(*leading, *shape)
+        start = end
+    return laid_out
