@@ -63,7 +63,7 @@ from pyro_sgmcmc.analysis.diagnostics import (
     with_hot_chains,
     with_temperatures,
 )
-from pyro_sgmcmc.analysis.export_trace import returned_output
+from pyro_sgmcmc.analysis.export_trace import location, returned_output
 from pyro_sgmcmc.analysis.function_space import HeldOutOutputDraws, run_verdict
 from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
 from pyro_sgmcmc.engine import build
@@ -1375,3 +1375,35 @@ def test_the_outputs_a_model_returns_with_its_observations_are_their_distributio
     conditioned = pyro.poutine.condition(deterministic, data={"loc": torch.tensor(0.5)})
     trace = pyro.poutine.trace(conditioned).get_trace(x, torch.zeros(5))
     assert torch.equal(returned_output(trace), 2.0 * (0.5 + x))
+
+
+def test_the_location_of_a_wrapped_distribution_is_its_base_ones_and_none_without_a_mean():
+    logits = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    probabilities = torch.softmax(logits, -1)
+    everywhere = torch.ones(5, dtype=torch.bool)
+    assert torch.allclose(location(dist.Categorical(logits=logits).mask(everywhere)), probabilities)
+    assert torch.allclose(location(dist.Categorical(logits=logits[0]).expand([5])),
+                          probabilities[0].expand(5, 3))  # fmt: skip
+    loc = torch.randn(5, 2, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(location(dist.StudentT(1.0, loc, 1.0).to_event(1)), loc)
+    assert torch.equal(location(dist.Normal(loc, 1.0).mask(False)), loc)
+    transformed = dist.TransformedDistribution(
+        dist.Normal(loc, 1.0), [dist.transforms.ExpTransform()]
+    )
+    assert location(transformed) is None  # no mean: no outputs to judge, not the draws
+    nan_network = location(
+        dist.Categorical(logits=torch.full((5, 3), math.nan), validate_args=False)
+    )
+    assert torch.isnan(nan_network).all()  # a diverged draw's outputs stay NaN
+
+
+def test_a_returned_latent_conditioned_on_a_draw_keeps_its_value():
+    def model(x, y=None):
+        shift = pyro.sample("shift", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(shift + x, 1.0), obs=y)
+        return shift
+
+    draw = {"shift": torch.tensor(3.0)}
+    trace = pyro.poutine.trace(pyro.poutine.condition(model, data=draw)).get_trace(torch.zeros(4))
+    assert returned_output(trace, latents=draw) is trace.nodes["shift"]["value"]

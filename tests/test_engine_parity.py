@@ -390,3 +390,23 @@ def test_sites_of_an_interval_are_constrained_to_the_bits_mcmc_gives(name):
         for site, draws in expected.items():
             assert torch.equal(samples[site], draws), (driver.__name__, site)
             assert samples[site].is_contiguous()
+
+
+def test_the_layout_of_mcmc_keeps_every_value_shape_and_dtype():
+    from pyro_sgmcmc.engine.mcmc_layout import as_mcmc_lays_them_out
+
+    draws = {"w": torch.randn(2, 3, 4, 5), "b": torch.randn(2, 3), "empty": torch.zeros(2, 3, 0)}
+    laid_out = as_mcmc_lays_them_out(draws)
+    assert list(laid_out) == ["b", "empty", "w"]  # MCMC's order: sorted
+    for name, value in draws.items():
+        assert torch.equal(laid_out[name], value)
+    assert laid_out["b"].stride() == (3 * 21, 21)  # a column of one (2, 3, 1 + 0 + 20) tensor
+    none_yet = as_mcmc_lays_them_out({n: v[:, :0] for n, v in draws.items()})
+    assert {n: v.shape for n, v in none_yet.items()} == {"b": (2, 0), "empty": (2, 0, 0),
+                                                         "w": (2, 0, 4, 5)}  # fmt: skip
+    mixed = {
+        "a": torch.zeros(2, 3, dtype=torch.float64),
+        "b": torch.zeros(2, 3, dtype=torch.float32),
+    }
+    assert {n: v.dtype for n, v in as_mcmc_lays_them_out(mixed).items()} == {
+        "a": torch.float64, "b": torch.float32}  # fmt: skip

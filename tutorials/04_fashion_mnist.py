@@ -48,7 +48,7 @@
 #
 # **Data and run modes.** Fashion-MNIST is read from the IDX files of the Debian package
 # `dataset-fashion-mnist` (`/usr/share/datasets/fashion-mnist`, or the folder in
-# `$PYRO_SGMCMC_FASHION_MNIST`). The full configuration takes ten to fifteen minutes on one CPU
+# `$PYRO_SGMCMC_FASHION_MNIST`). The full configuration takes eight to fifteen minutes on one CPU
 # core. In smoke mode (`PYRO_SGMCMC_SMOKE=1`, what CI runs) the same network is
 # fitted with short chains on a random subset of 3000 training and 1000 test images. Only where
 # the files are not installed does the notebook fall back to scikit-learn's 8x8 `digits` (1797

@@ -11,7 +11,7 @@ stores what a pass returns as the ``log_likelihood``, ``posterior_predictive``, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,45 +27,56 @@ from ..models.structure import MissingPlateError, plate_chunks, plate_frame, row
 from .export_checks import _check_finite, _check_support, _check_test_like_training, _DataError
 from .export_xarray import _numpy
 
-__all__ = ["OUTPUT", "returned_output"]
+__all__ = ["OUTPUT", "location", "returned_output"]
 
 #: The variable of ``posterior_predictive`` and ``predictions`` holding a model's outputs
 #: (its return value, or its own site of that name): what networks are judged on.
 OUTPUT = "output"
 
 
-def returned_output(trace: poutine.Trace) -> Any:
+#: Distributions around another one, whose location is the other's.
+_WRAPPERS = (
+    dist.MaskedDistribution,
+    dist.ExpandedDistribution,
+    torch.distributions.Independent,
+)
+
+
+def returned_output(trace: poutine.Trace, latents: Collection[str] = ()) -> Any:
     """The outputs :math:`f(x)` a traced model returns: its return value, except where that is
-    the value of one of its sample sites -- ``return pyro.sample("obs", ..., obs=y)``, as Pyro's
-    examples end a model -- whose observations (or, with them removed, a draw of their noise)
-    are not the network's outputs: then the mean of that site's distribution (the class
-    probabilities of a categorical one, the location of one without a mean), ``None`` if it has
-    none of these."""
+    the value of one of its observed sites (not one of ``latents``, conditioned on a draw) --
+    ``return pyro.sample("obs", ..., obs=y)``, as Pyro's examples end a model -- whose
+    observations (or, with them removed, a draw of their noise) are not the network's outputs:
+    then that site's distribution's :func:`location`."""
     returned = trace.nodes.get("_RETURN", {}).get("value")
     if not isinstance(returned, torch.Tensor):
         return returned
-    for site in trace.nodes.values():
-        if site["type"] == "sample" and site["value"] is returned:
+    for name, site in trace.nodes.items():
+        if site["type"] == "sample" and name not in latents and site["value"] is returned:
             if site["infer"].get("_deterministic", False):
                 return returned
-            return _location(site["fn"])
+            return location(site["fn"])
     return returned
 
 
-def _location(fn: Any) -> torch.Tensor | None:
-    """A distribution's mean where it is finite, else its ``probs`` (a categorical's mean is
-    NaN) or its ``loc`` (Student's t with one degree of freedom), else ``None``."""
+def location(fn: Any) -> torch.Tensor | None:
+    """A distribution's mean; a categorical's class probabilities (its mean is NaN); the
+    location of a Cauchy or Student's t (whose mean may not exist); ``None`` for one without a
+    mean. Wrappers (``.mask()``, ``.to_event()``, ``.expand()``) are seen through."""
+    base = fn
+    while isinstance(base, _WRAPPERS):
+        base = base.base_dist
+    shape = (*fn.batch_shape, *fn.event_shape)
+    if isinstance(base, torch.distributions.Categorical):
+        return base.probs.expand(*shape, base.probs.shape[-1])
+    if isinstance(base, torch.distributions.OneHotCategorical):
+        return base.probs.expand(shape)
+    if isinstance(base, (torch.distributions.StudentT, torch.distributions.Cauchy)):
+        return base.loc.expand(shape)
     try:
-        mean = fn.mean
-    except (NotImplementedError, AttributeError):
-        mean = None
-    if isinstance(mean, torch.Tensor) and bool(torch.isfinite(mean).all()):
-        return mean
-    for name in ("probs", "loc"):
-        value = getattr(fn, name, None)
-        if isinstance(value, torch.Tensor):
-            return value
-    return mean
+        return fn.mean
+    except NotImplementedError:  # e.g. a TransformedDistribution: no outputs to judge
+        return None
 
 
 def _plate_axis_of_value(site: Mapping[str, Any], frame: Any) -> int:
@@ -160,7 +171,7 @@ class _DrawParts:
     def read(self, trace, latents, plate_name, wants: _Wants, chunk, keep, plate_axis) -> None:
         """Read one trace (chunk ``chunk`` of the rows, of which the first ``keep`` are real)."""
         if wants.predictive and wants.rows is not None:
-            self._read_output(trace, keep or wants.rows, plate_axis)
+            self._read_output(trace, latents, keep or wants.rows, plate_axis)
         for name, site in trace.nodes.items():
             if site["type"] != "sample" or site_is_subsample(site):
                 continue
@@ -196,11 +207,11 @@ class _DrawParts:
                 self.log_likelihood.setdefault(name, []).append(rows_lp)
             self.log_joint += float(rows_lp.sum())
 
-    def _read_output(self, trace, rows: int, plate_axis) -> None:
+    def _read_output(self, trace, latents, rows: int, plate_axis) -> None:
         """The model's return value as ``output`` -- a network's outputs :math:`f(x)`, one per
         row -- where the model returns a tensor with a leading axis of the rows and has no site
         of that name itself."""
-        returned = returned_output(trace)
+        returned = returned_output(trace, latents)
         if OUTPUT in trace.nodes or not isinstance(returned, torch.Tensor):
             return
         if returned.dim() == 0 or returned.shape[0] < rows:

@@ -96,7 +96,7 @@ class OutputDraws:
                 *args, **kwargs
             )
         site = trace.nodes.get(OUTPUT)
-        value = site["value"] if site is not None else returned_output(trace)
+        value = site["value"] if site is not None else returned_output(trace, latents)
         if not isinstance(value, torch.Tensor) or value.dim() == 0:
             return None
         if value.shape[0] == self.num_data and self.num_data != len(self.rows):

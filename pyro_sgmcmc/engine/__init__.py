@@ -27,6 +27,7 @@ module                     job
 :mod:`.gibbs_blocks`       exact conditional updates of some sites, chain by chain
 :mod:`.layout`             the flat ``(C, D)`` layout of the moving sites
 :mod:`.recorder`           the kept draws and per-draw statistics, for both drivers
+:mod:`.mcmc_layout`        kept draws laid out as ``MCMC`` lays out its own (the same bits)
 :mod:`.distributed`        chains over several processes with ``torch.distributed``
 :mod:`.seeds`              the per-chain seed derivation
 =========================  ===================================================================

@@ -9,7 +9,6 @@ module                     job
 :mod:`.vectorized`         :func:`run_chains`: many chains in one process, stacked on a chain axis
 :mod:`.across_ranks`       ``run_chains`` with chains across processes: shares, the gather
 :mod:`.rounds`             a run until converged: judge the draws, size the next round
-:mod:`.mcmc_layout`        kept draws laid out as ``MCMC`` lays out its own (the same bits)
 :mod:`.checkpoint`         :class:`ResumableMCMC`: checkpoint, resume and extend a run
 :mod:`.checkpoint_files`   checkpoint files: format, atomic writes, integrity, when to write
 :mod:`.schedules`          step-size schedules (polynomial decay, cyclical, ...)

@@ -54,6 +54,7 @@ from pyro.util import optional
 
 from .._validation import check_positive_int
 from ..engine.distributed import writes_checkpoints
+from ..engine.mcmc_layout import as_mcmc_lays_them_out
 from ..errors import CheckpointError
 from .checkpoint_files import (
     FORMAT_NAME,
@@ -68,7 +69,6 @@ from .checkpoint_files import (
     save_checkpoint,
     set_global_rng_state,
 )
-from .mcmc_layout import as_mcmc_lays_them_out
 
 __all__ = [
     "FORMAT_VERSION",
@@ -652,8 +652,9 @@ class ResumableMCMC(MCMC):
             )
             for name in names
         }
-        laid_out = as_mcmc_lays_them_out(stacked)  # MCMC's bits
+        if any(name in self.transforms for name in names):
+            stacked = as_mcmc_lays_them_out(stacked)  # MCMC's bits
         self._samples = {
-            name: self._constrain(name, laid_out[name], self.transforms).contiguous()
+            name: self._constrain(name, stacked[name], self.transforms).contiguous()
             for name in names
         }

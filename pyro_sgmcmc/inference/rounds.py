@@ -89,7 +89,7 @@ class _Rounds:
         began = time.perf_counter()
         outputs_before = getattr(self.outputs, "seconds", 0.0)
         self.judged_at.append(self.recorder.count)
-        samples = self.chains.constrain(self.recorder.stacked())
+        samples = self.chains.constrain_kept(self.recorder.stacked())  # the result's bits
         if not samples:  # keep_draws=False: nothing to judge
             return Verdict(True, None, math.nan, math.nan, 1.0)
         if self.shared is not None:

@@ -81,7 +81,6 @@ from .checkpoint_files import (
     load_checkpoint,
     restore_state,
 )
-from .mcmc_layout import as_mcmc_lays_them_out
 from .rounds import _Rounds
 
 __all__ = ["VectorizedResult", "run_chains"]
@@ -755,8 +754,7 @@ def _result(
 ) -> VectorizedResult:
     engine = chains.engine
     with torch.no_grad():
-        laid_out = chains.constrain(as_mcmc_lays_them_out(recorder.stacked()))
-        samples = {name: value.contiguous() for name, value in laid_out.items()}
+        samples = chains.constrain_kept(recorder.stacked())
         centre = getattr(engine.estimator, "centre", None)
         if centre is not None:
             values = engine.layout.unflatten(centre.unsqueeze(0))

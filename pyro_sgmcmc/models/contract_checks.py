@@ -211,7 +211,9 @@ def unscorable_observation(
     except Exception:
         return None
     for name, site in trace.nodes.items():
-        if site["type"] != "sample" or not site["is_observed"] or site_is_subsample(site):
+        if site["type"] != "sample" or not site["is_observed"] or name in latents:
+            continue
+        if site_is_subsample(site):
             continue
         try:
             with torch.no_grad():
@@ -226,7 +228,8 @@ def _unscorable(name: str, site: Mapping[str, Any], error: Exception) -> ModelCo
     distribution = type(site["fn"]).__name__
     first_line = str(error).splitlines()[0] if str(error) else ""
     advice = "Check that the observations match the distribution's support and dtype."
-    if isinstance(value, torch.Tensor) and not value.is_floating_point():
+    integers = isinstance(value, torch.Tensor) and not value.is_floating_point()
+    if integers and "cast" in first_line:  # torch's "result type Float can't be cast to ..."
         advice = (
             f"{distribution} scores its observations in floating point: pass them as floats "
             "(e.g. y.float())."

@@ -21,12 +21,15 @@ __all__ = ["as_mcmc_lays_them_out"]
 def as_mcmc_lays_them_out(draws: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``draws`` (site -> ``(chains, draws, *shape)``, unconstrained) as views of one
     ``(chains, draws, D)`` tensor of the sites' flat values in sorted order, the same values in
-    the layout ``pyro.infer.MCMC`` constrains them in."""
+    the layout ``pyro.infer.MCMC`` constrains them in; ``draws`` as they are where the sites
+    differ in dtype (one tensor would promote them)."""
     names = sorted(draws)
-    if not names:
-        return {}
+    if len({draws[name].dtype for name in names}) != 1:
+        return dict(draws)
     leading = tuple(draws[names[0]].shape[:2])
-    flat = torch.cat([draws[name].reshape(*leading, -1) for name in names], dim=-1)
+    flat = torch.cat(
+        [draws[name].reshape(*leading, draws[name].shape[2:].numel()) for name in names], dim=-1
+    )
     laid_out, start = {}, 0
     for name in names:
         shape = draws[name].shape[2:]
