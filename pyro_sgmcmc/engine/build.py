@@ -59,7 +59,7 @@ from .gibbs_blocks import GibbsBlocks, supports_temperature
 from .health import check_classifier, check_draws, warn_all
 from .hierarchy import find_scale_parents
 from .layout import FlatLayout
-from .mcmc_layout import as_mcmc_lays_them_out
+from .mcmc_layout import constrained_as_mcmc
 from .minibatch import Minibatcher
 from .prior_distance import check_prior_distance
 from .report import measured_temperature
@@ -206,10 +206,8 @@ class PreparedChains:
 
     def constrain_kept(self, draws: Mapping[str, torch.Tensor]) -> TensorDict:
         """Kept draws ``(C, S, ...)`` constrained, contiguous, to the bits ``pyro.infer.MCMC``
-        gives (:func:`~.mcmc_layout.as_mcmc_lays_them_out`, where a site has a transform)."""
-        if any(name in self.potential.non_identity for name in draws):
-            draws = as_mcmc_lays_them_out(draws)
-        return {name: value.contiguous() for name, value in self.constrain(draws).items()}
+        gives (:func:`~.mcmc_layout.constrained_as_mcmc`)."""
+        return constrained_as_mcmc(draws, self.potential.non_identity)
 
 
 def prepare_chains(

@@ -14,8 +14,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
+from torch.distributions.transforms import Transform
 
-__all__ = ["as_mcmc_lays_them_out"]
+from ..models.potentials import is_identity
+
+__all__ = ["as_mcmc_lays_them_out", "constrained_as_mcmc"]
+
+
+def constrained_as_mcmc(
+    draws: Mapping[str, torch.Tensor], transforms: Mapping[str, Transform]
+) -> dict[str, torch.Tensor]:
+    """Kept draws ``(chains, draws, *shape)`` constrained (``transforms[name].inv``), contiguous,
+    to the bits ``pyro.infer.MCMC`` gives: laid out as it lays them out where a site has a
+    transform other than the identity (else as they are, with no copy)."""
+    moving = {n: t for n, t in transforms.items() if n in draws and not is_identity(t)}
+    if moving:
+        draws = as_mcmc_lays_them_out(draws)
+    return {
+        name: (moving[name].inv(value) if name in moving else value).contiguous()
+        for name, value in draws.items()
+    }
 
 
 def as_mcmc_lays_them_out(draws: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -54,7 +54,7 @@ from pyro.util import optional
 
 from .._validation import check_positive_int
 from ..engine.distributed import writes_checkpoints
-from ..engine.mcmc_layout import as_mcmc_lays_them_out
+from ..engine.mcmc_layout import constrained_as_mcmc
 from ..errors import CheckpointError
 from .checkpoint_files import (
     FORMAT_NAME,
@@ -652,9 +652,4 @@ class ResumableMCMC(MCMC):
             )
             for name in names
         }
-        if any(name in self.transforms for name in names):
-            stacked = as_mcmc_lays_them_out(stacked)  # MCMC's bits
-        self._samples = {
-            name: self._constrain(name, stacked[name], self.transforms).contiguous()
-            for name in names
-        }
+        self._samples = constrained_as_mcmc(stacked, self.transforms)  # MCMC's bits
