@@ -481,6 +481,30 @@ def test_a_model_failing_on_the_test_set_is_reported_in_one_line(classifier_sour
         to_inference_data(source, test=(x[:N_TEST], y[: N_TEST + 1]))
 
 
+def subsampling(x, y=None):
+    """Pyro's SVI idiom: the plate draws its own rows."""
+    w = pyro.sample("w", dist.Normal(torch.zeros(3), 1.0).to_event(1))
+    s = pyro.sample("s", dist.LogNormal(0.0, 1.0))
+    with pyro.plate("data", len(x), subsample_size=8) as idx:
+        pyro.sample("obs", dist.Normal(x[idx] @ w, s), obs=None if y is None else y[idx])
+
+
+def test_a_test_set_smaller_than_the_plates_subsample_size_is_named(data):
+    """Pyro's plate cannot draw 8 of 6 rows, and its message blames a guide: the refusal
+    names the plate, both sizes and two ways out."""
+    x, y, x_test, _ = data
+    source = _source(subsampling, (x, y))
+    message = (
+        r"the model's plate 'data' draws subsample_size=8 rows and the test set has 6, .*"
+        r"give at least 8 test rows, or write the plate as .*subsample_size=min\(8, len\(x\)\)"
+    )
+    with pytest.raises(ValueError, match=message) as error:
+        to_inference_data(source, test=(x_test,))
+    assert "guide" not in str(error.value)
+    idata = to_inference_data(source, test=(torch.cat([x_test, x[:2]]),))  # 8 rows: fine
+    assert idata.predictions["obs"].shape[-1] == 8
+
+
 # ---------------------------------------------------------------------------------------------
 # SVI exported with other data than it was fitted on
 # ---------------------------------------------------------------------------------------------
@@ -586,6 +610,9 @@ def test_mcmc_and_run_chains_exported_with_other_data_are_refused_naming_the_arg
             r"in model_kwargs=dict\(x=\.\.\., y=\.\.\.\)",
         ):
             to_inference_data(source, None, x=x, y=y)
+        # az.from_pyro's coords=: not taken for data, dims= and assign_coords named instead
+        with pytest.raises(TypeError, match=r"takes no coords= .*dims= names .*assign_coords"):
+            to_inference_data(source, coords={"feature": ["a", "b", "c"]})
 
 
 def _from_dict(data, scale=1.0):

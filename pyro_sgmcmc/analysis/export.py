@@ -260,6 +260,13 @@ def to_inference_data(
             f"to_inference_data() takes {' and '.join(positional)} by position: "
             "to_inference_data(result, model, x, y), or to_inference_data(result)"
         )
+    if "coords" in unexpected:
+        raise TypeError(
+            "to_inference_data() takes no coords= (az.from_pyro's): dims= names a site's "
+            "dimensions, e.g. dims={'w': ['feature']}, with integer coordinates; give them "
+            "labels afterwards with xarray's assign_coords(feature=[...]) on the groups "
+            "(idata.assign_coords(...) with ArviZ 0.x)"
+        )
     if unexpected:
         names = ", ".join(repr(name) for name in unexpected)
         given = ", ".join(f"{name}=..." for name in unexpected)

@@ -22,6 +22,7 @@ from pyro.infer import MCMC
 from .._validation import as_tensor_arguments, check_positive_int
 from .._version import __version__
 from ..models.hidden_units import has_hidden_units
+from ..models.model_params import with_params
 from ..models.structure import with_global_sites
 from ..variational.svi import SVIResult, global_param_mode
 from .export_checks import (
@@ -223,6 +224,7 @@ def _inputs(
     model = with_global_sites(model, args, kwargs, plate_name)
     _check_draws_match_model(model, samples, args, kwargs)
     network = has_hidden_units(model, {n: v.shape[2:] for n, v in samples.items()})
+    model = with_params(model, run.params)  # as the run held them, not as the store holds now
     return _Inputs(
         model=model,
         samples=samples,

@@ -46,7 +46,9 @@ class _Source:
     model, ``args`` and ``kwargs`` the model's training arguments (the caller's, or the run's
     if the caller gave none). An SVI fit and an SG-MCMC kernel's ``MCMC`` run add their
     ``wall_time``; an SVI fit also the models with each fit's
-    fitted prior (``chain_models``) and the ``svi_loss`` group (``extra_groups``).
+    fitted prior or parameters (``chain_models``) and the ``svi_loss`` group
+    (``extra_groups``). ``params`` are the model's own parameters as an SG-MCMC run held them
+    (:mod:`pyro_sgmcmc.models.model_params`), ``None`` where the source does not record them.
     """
 
     samples: TensorDict
@@ -58,6 +60,7 @@ class _Source:
     wall_time: float | None = None
     chain_models: list[Callable[..., Any]] | None = None
     extra_groups: dict[str, xr.Dataset] = field(default_factory=dict)
+    params: TensorDict | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,7 +143,8 @@ def _mcmc_source(
         kernel.model, args, kwargs, getattr(mcmc, "_args", None), getattr(mcmc, "_kwargs", None),
         "the MCMC run",
     )  # fmt: skip
-    return _Source(samples, stats, attrs, kernel.model, args, kwargs, wall_time)
+    params = getattr(kernel, "model_params", None)
+    return _Source(samples, stats, attrs, kernel.model, args, kwargs, wall_time, params=params)
 
 
 def _sgmcmc_sampling_time(
@@ -244,7 +248,7 @@ def _svi_source(
         for key in ("mixture_weight", "scale1", "scale2"):
             attrs[f"svi_prior_{key}"] = [v[key] for v in values]
     chain_models = None
-    if fits.prior_parameters is not None:
+    if fits.prior_parameters is not None or fits.model_params is not None:
         chain_models = [fits.fitted_model(k) for k in range(fits.num_fits)]
     args, kwargs = _fitted_or_checked(fits.model, args, kwargs, fits.args, fits.kwargs,
                                       "the SVI fit")  # fmt: skip
@@ -290,7 +294,8 @@ def _chains_source(source: Any, args: tuple, kwargs: dict[str, Any]) -> _Source:
     fit = "the run_chains result" if name == "VectorizedResult" else f"the {name} run"
     args, kwargs = _fitted_or_checked(source.model, args, kwargs, source.args, source.kwargs,
                                       fit)  # fmt: skip
-    return _Source(dict(samples), stats, attrs, source.model, args, kwargs)
+    params = getattr(source, "model_params", None)
+    return _Source(dict(samples), stats, attrs, source.model, args, kwargs, params=params)
 
 
 def _chain_draw_shape(samples: Any) -> tuple[int, ...]:

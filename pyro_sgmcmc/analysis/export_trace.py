@@ -11,6 +11,7 @@ stores what a pass returns as the ``log_likelihood``, ``posterior_predictive``, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -434,10 +435,26 @@ def _test_pass(
         raise
     except (RuntimeError, ValueError, IndexError, TypeError) as error:
         first_line = str(error).splitlines()[0] if str(error) else ""
+        reason = _fewer_rows_than_subsample(first_line, plate_name)
         raise ValueError(
             f"the model fails on the test set {_shapes_of(test, test_kwargs)}: "
-            f"{type(error).__name__}: {first_line}"
+            f"{reason or type(error).__name__ + ': ' + first_line}"
         ) from error
+
+
+def _fewer_rows_than_subsample(message: str, plate_name: str) -> str | None:
+    """Pyro's refusal of a plate whose ``subsample_size`` exceeds its rows, reworded for a
+    test set (``None`` for another error): Pyro's own message blames a guide."""
+    found = re.match(r"subsample_size does not match len\(subsample\), (\d+) vs (\d+)", message)
+    if found is None:
+        return None
+    size, rows = found.groups()
+    return (
+        f"the model's plate {plate_name!r} draws subsample_size={size} rows and the test set "
+        f"has {rows}, and a Pyro plate cannot draw more rows than it has: give at least {size} "
+        f"test rows, or write the plate as pyro.plate({plate_name!r}, len(x), "
+        f"subsample_size=min({size}, len(x)))"
+    )
 
 
 def _shapes_of(test: tuple, test_kwargs: Mapping[str, Any]) -> str:

@@ -486,6 +486,8 @@ def _compare(args: argparse.Namespace) -> int:
     if config.out is not None:
         files = results.files + [name for method in results.methods for name in method.files]
         print(f"results written to {config.out}/ ({_written(files)})")
+    if results.kept_files:  # also with --quiet: the user's own files
+        print(results.kept_files_line())
     if results.all_failed:
         print("every method failed", file=sys.stderr)
         return EXIT_ALL_FAILED

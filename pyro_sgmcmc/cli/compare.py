@@ -105,7 +105,7 @@ def run_comparison(
     start = time.perf_counter()
     deadline = None if config.time_budget is None else start + config.time_budget
     data = load_data(config)
-    out = _prepare_output(config, say)
+    out = _prepare_output(config)
     if config.batch_size > data.num_train:
         say(f"batch size {config.batch_size} > N = {data.num_train}: using full batches")
     results = ComparisonResults(
@@ -116,6 +116,9 @@ def run_comparison(
         num_test=data.num_test,
         methods=[],
     )
+    if out is not None and out.kept:  # the user's files: said with the results, and noted
+        results.kept_files = list(out.kept)
+        results.notes.append(results.kept_files_line())
     say(_describe(data, config))
     with torch_threads(config.threads):
         predictions, grid_predictions = _run_methods(config, data, results, out, deadline, say)
@@ -126,15 +129,11 @@ def run_comparison(
     return results
 
 
-def _prepare_output(config: CompareConfig, say: Callable[[str], None]) -> OutputDirectory | None:
-    """The prepared output directory of ``config`` (``None`` for none); says which files it kept."""
+def _prepare_output(config: CompareConfig) -> OutputDirectory | None:
+    """The prepared output directory of ``config`` (``None`` for none)."""
     if config.out is None:
         return None
-    out = OutputDirectory.prepare(config.out, overwrite=config.overwrite)
-    if out.kept:
-        shown = ", ".join(out.kept[:5]) + (", ..." if len(out.kept) > 5 else "")
-        say(f"--overwrite: left in place files pyro-sgmcmc did not write: {shown}")
-    return out
+    return OutputDirectory.prepare(config.out, overwrite=config.overwrite)
 
 
 def _describe(data: Dataset, config: CompareConfig) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from .._validation import check_interval, check_positive, check_positive_int
 from ..data.datasets import Dataset, dataset_task, list_datasets, load_dataset, load_table
 from ..dynamics.sgld import DEFAULT_INTEGRATOR, check_integrator
+from ..engine.adaptation import MINIMUM_WARMUP_STEPS
 
 #: Inference methods known to :func:`run_comparison`, in their default order.
 METHODS = ("nuts", "sghmc", "sgld", "psgld", "svi")
@@ -249,6 +250,29 @@ class CompareConfig:
             check_positive_int("nuts_num_samples", self.nuts_num_samples)
         if self.nuts_warmup is not None:
             check_positive_int("nuts_warmup", self.nuts_warmup, minimum=0)
+        self._check_adaptive_warmup()
+
+    def _check_adaptive_warmup(self) -> None:
+        """An SG-MCMC method given no learning rate adapts its step during warm-up, which takes
+        at least ``MINIMUM_WARMUP_STEPS`` gradient steps: refuse a shorter warm-up before anything
+        runs (with the thinning chosen, any warm-up draw takes enough steps)."""
+        adaptive = [
+            method for method in self.methods
+            if method in SGMCMC_METHODS and getattr(self, f"{method}_learning_rate") is None
+        ]  # fmt: skip
+        if self.num_steps_per_sample is None:
+            steps = MINIMUM_WARMUP_STEPS if self.warmup > 0 else 0
+        else:
+            steps = self.warmup * self.num_steps_per_sample
+        if adaptive and steps < MINIMUM_WARMUP_STEPS:
+            given = f"warmup={self.warmup}"
+            if self.num_steps_per_sample is not None:
+                given += f" x num_steps_per_sample={self.num_steps_per_sample} = {steps} steps"
+            raise ValueError(
+                f"{given}: the step size of {', '.join(adaptive)} is adapted during warm-up, "
+                f"which needs at least {MINIMUM_WARMUP_STEPS} gradient steps; give more warm-up "
+                "draws, or a learning rate (--sgld-lr, --sghmc-lr, --psgld-lr)"
+            )
 
     def _check_model(self) -> None:
         """Check the network (``hidden``, stored as a tuple), its prior, noise and step sizes."""

@@ -74,6 +74,8 @@ class ComparisonResults:
     num_test: int
     methods: list[MethodResult]
     notes: list[str] = field(default_factory=list)
+    #: Files in the output directory that pyro-sgmcmc did not write, left in place (--overwrite).
+    kept_files: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     total_time: float = math.nan
 
@@ -119,6 +121,11 @@ class ComparisonResults:
                     row.append(format(value, fmt))
             rows.append(row)
         return rows
+
+    def kept_files_line(self) -> str:
+        """Which files of the user's ``--overwrite`` left in place in the output directory."""
+        shown = ", ".join(self.kept_files[:5]) + (", ..." if len(self.kept_files) > 5 else "")
+        return f"--overwrite: left in place files pyro-sgmcmc did not write: {shown}"
 
     def table(self, markdown: bool = False) -> str:
         """The per-method table as aligned text, or as a Markdown table."""

@@ -70,6 +70,7 @@ from ..engine.report import any_too_hot, sampling_report, warmup_advice
 from ..engine.thinning import ThinningMeter
 from ..errors import CheckpointError, DistributedRunError, SamplerDivergedError
 from ..kernels.base import StochasticGradientKernel
+from ..models.model_params import param_values
 from .across_ranks import distribute, gathered
 from .checkpoint_files import (
     FORMAT_NAME,
@@ -135,6 +136,10 @@ class VectorizedResult:
     chain_reports:
         Per chain, what the warm-up chose (:func:`~pyro_sgmcmc.engine.report.sampling_report`:
         thinning, autocorrelation time, control variate, per-site steps, preconditioner).
+    model_params:
+        The values of the model's own parameters (``pyro.param``, ``PyroParam``) that the run
+        held fixed (:mod:`pyro_sgmcmc.models.model_params`); the export evaluates the model
+        with them.
     test_set:
         The test set given to ``run_chains`` (positional arguments and keyword arguments), at
         which a network was judged, or ``None``. The export stores the predictions there unless
@@ -159,6 +164,7 @@ class VectorizedResult:
     chain_reports: tuple[dict[str, Any], ...] = field(default=(), repr=False)
     test_set: tuple[tuple, dict[str, Any]] | None = field(default=None, repr=False)
     model: Any = field(default=None, repr=False)
+    model_params: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     args: tuple = field(default=(), repr=False)
     kwargs: dict = field(default_factory=dict, repr=False)
 
@@ -772,6 +778,7 @@ def _result(
         verdict=verdict,
         chain_reports=tuple(sampling_report(engine, c) for c in range(engine.num_chains)),
         model=kernel.model,
+        model_params=param_values(chains.structure.trace),
         args=tuple(args),
         kwargs=dict(kwargs),
     )

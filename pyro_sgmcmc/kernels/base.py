@@ -44,6 +44,7 @@ from ..inference.checkpoint_files import check_signature
 from ..inference.schedules import StepSchedule
 from ..models.gibbs import GibbsUpdate
 from ..models.initialization import init_to_fan_in
+from ..models.model_params import param_values
 from .pyro_driver import (
     TransformsRequest,
     one_thread_per_worker,
@@ -106,6 +107,10 @@ class StochasticGradientKernel(MCMCKernel):
         self.settings = SamplerSettings.create(**arguments)
         self.options = get_algorithm(self.algorithm).options() if options is None else options
         self.transforms: dict[str, Transform] | None = None
+        #: The values of the model's own parameters (``pyro.param``, ``PyroParam``) held fixed
+        #: by the last chain set up (:mod:`pyro_sgmcmc.models.model_params`); the export
+        #: evaluates the model with them.
+        self.model_params: TensorDict = {}
         self._num_setups = 0
         self._user_initial_params: TensorDict | None = None
         self._finished_chains: list[TensorDict] = []
@@ -216,6 +221,7 @@ class StochasticGradientKernel(MCMCKernel):
             initial_params=None if user is None else {k: v.unsqueeze(0) for k, v in user.items()},
         )  # fmt: skip
         self.transforms = dict(self._chains.transforms)
+        self.model_params = param_values(self._chains.structure.trace)
         self._initial_params = {k: v[0] for k, v in self._chains.initial.items()}
         self.chain_seed = self._chains.seeds[0]
         self._warmup_steps = warmup_steps
@@ -231,6 +237,7 @@ class StochasticGradientKernel(MCMCKernel):
         args, kwargs = as_tensor_arguments(args, kwargs)
         structure, transforms = model_transforms(self.settings, self.model, args, kwargs)
         self.transforms = transforms
+        self.model_params = param_values(structure.trace)
         self._last_choice = {}  # the chains ran elsewhere: repr shows no choice
         if request.draws is None or self.run_judged_by_driver:
             return

@@ -565,8 +565,9 @@ def _classify_sites(trace: Trace, plate_name: str) -> tuple[list[str], list[str]
             continue
         if site["fn"].support.is_discrete:
             raise ModelContractError(
-                f"latent site {name!r} is discrete ({type(site['fn']).__name__}); SG-MCMC kernels "
-                "need continuous latent sites (marginalise it out or make it observed)."
+                f"latent site {name!r} is discrete ({type(site['fn']).__name__}); the SG-MCMC "
+                "kernels and fit_svi need continuous latent sites (marginalise it out or make "
+                "it observed)."
             )
         latent.append(name)
     if unobserved_in_plate and not observed:

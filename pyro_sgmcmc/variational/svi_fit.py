@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import pyro
 import torch
 from pyro.infer.autoguide import AutoNormal
 from tqdm.auto import tqdm
@@ -27,6 +28,7 @@ from tqdm.auto import tqdm
 from ..engine.minibatch import Minibatcher
 from ..engine.seeds import chain_generators, chain_seeds
 from ..errors import SVIDivergedError
+from ..models.model_params import traced_param_names
 from .svi_checks import FitPlan
 from .svi_loss import _step_loss
 from .svi_prior import ScaleMixtureParameters
@@ -38,6 +40,7 @@ __all__ = ["run_fits"]
 #: What :func:`_divergence` needs besides the fit, step and reason: the fit's loss history, the
 #: histories of the fits completed before it and the default optimiser's learning rate (or None).
 _Context = tuple[np.ndarray, list[np.ndarray], float | None]
+TensorDict = dict[str, torch.Tensor]
 
 
 def run_fits(plan: FitPlan) -> SVIResult:
@@ -48,14 +51,15 @@ def run_fits(plan: FitPlan) -> SVIResult:
     its guide's parameters in a store of its own.
     """
     fit_seeds = chain_seeds(plan.seed, range(plan.num_fits))
-    guides, losses, wall_times, states, priors = [], [], [], [], []
+    guides, losses, wall_times, states, priors, held = [], [], [], [], [], []
     with _intra_op_threads(plan.num_threads):
         for k, fit_seed in enumerate(fit_seeds):
             start = time.perf_counter()
             with torch.random.fork_rng(devices=[]), _param_scope() as state:
                 torch.manual_seed(fit_seed)
-                guide, history, prior_parameters = _one_fit(plan, k, fit_seed, losses)
+                guide, history, prior_parameters, fitted = _one_fit(plan, k, fit_seed, losses)
             wall_times.append(time.perf_counter() - start)
+            held.append(fitted)
             guides.append(guide)
             losses.append(history)
             states.append(state)
@@ -76,13 +80,15 @@ def run_fits(plan: FitPlan) -> SVIResult:
         estimator=plan.estimator,
         prior_parameters=None if plan.learnable is None else priors,
         prior_sites=plan.prior_sites,
+        model_params=held if any(held) else None,
     )
 
 
 def _one_fit(
     plan: FitPlan, k: int, fit_seed: int, completed: list[np.ndarray]
-) -> tuple[Callable[..., Any], np.ndarray, ScaleMixtureParameters | None]:
-    """Fit ``k`` (seeded, in its parameter scope): its guide, loss history and learnable prior.
+) -> tuple[Callable[..., Any], np.ndarray, ScaleMixtureParameters | None, TensorDict]:
+    """Fit ``k`` (seeded, in its parameter scope): its guide, loss history, learnable prior and
+    the fitted values of the model's own parameters.
 
     ``completed`` holds the loss histories of the fits before it (kept by a divergence error).
     """
@@ -113,8 +119,23 @@ def _one_fit(
         raise ValueError("the guide has no trainable parameters")
     if prior_parameters is not None:
         params += list(prior_parameters.parameters())
+    # a BayesianMLP (the plain-torch loss) has no parameters of its own
+    names = [] if plan.fast else traced_param_names(plan.model, plan.args, plan.kwargs)
+    params += _unconstrained(names, params)
     history = _optimise(plan, k, fit_seed, guide, step_loss, params, completed)
-    return guide, history, prior_parameters
+    store = pyro.get_param_store()
+    fitted = {name: store.get_param(name).detach().clone() for name in names if name in store}
+    return guide, history, prior_parameters, fitted
+
+
+def _unconstrained(names: list[str], params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The unconstrained tensors of the model's own parameters ``names`` (``pyro.param``,
+    ``PyroParam``) in the fit's store that require gradients and are not already among
+    ``params``: the fit optimises them with the guide's, as Pyro's ``SVI`` does."""
+    store = pyro.get_param_store()
+    known = {id(p) for p in params}
+    found = [store.get_param(name).unconstrained() for name in names if name in store]
+    return [p for p in found if p.requires_grad and id(p) not in known]
 
 
 def _optimise(

@@ -22,6 +22,7 @@ from pyro.infer.autoguide import AutoNormal
 from torch.distributions import biject_to
 
 from .._validation import check_positive_int
+from ..models.model_params import with_params
 from ..models.structure import DataPlate
 from .svi_loss import minibatch_elbo_loss
 from .svi_prior import ScaleMixtureParameters, _SubstitutePrior
@@ -63,6 +64,10 @@ class SVIResult:
         With a learnable prior, each fit's fitted :class:`ScaleMixtureParameters`; else ``None``.
     prior_sites:
         The sites that carry the learnable prior (empty without one).
+    model_params:
+        Each fit's fitted values of the model's own parameters (``pyro.param``, ``PyroParam``),
+        which the fits optimise with their guides as Pyro's ``SVI`` does; ``None`` for a model
+        without any.
     """
 
     model: Callable[..., Any]
@@ -80,6 +85,7 @@ class SVIResult:
     prior_parameters: list[ScaleMixtureParameters] | None = None
     prior_sites: tuple[str, ...] = ()
     plate: DataPlate | None = None
+    model_params: list[TensorDict] | None = None
 
     @property
     def guide(self) -> Callable[..., Any]:
@@ -101,10 +107,14 @@ class SVIResult:
         return len(self.guides)
 
     def fitted_model(self, fit: int = 0) -> Callable[..., Any]:
-        """The model as fit ``fit`` saw it: with its fitted learnable prior, if it had one."""
+        """The model as fit ``fit`` saw it: with its fitted learnable prior and its own fitted
+        parameters, if it had them."""
+        model = self.model
+        if self.model_params is not None:
+            model = with_params(model, self.model_params[fit])
         if self.prior_parameters is None:
-            return self.model
-        return _SubstitutePrior(self.prior_sites, self.prior_parameters[fit])(self.model)
+            return model
+        return _SubstitutePrior(self.prior_sites, self.prior_parameters[fit])(model)
 
     def prior_values(self) -> list[dict[str, float]] | None:
         r"""The fitted :math:`\pi, \sigma_1, \sigma_2` of each fit (``None`` without a learnable
