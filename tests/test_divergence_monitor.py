@@ -9,9 +9,13 @@ every step from then on: before, SGHMC on the W3 network with a cold likelihood 
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import torch
 
 from pyro_sgmcmc.engine.divergence import BlowUpDetector, DivergenceMonitor
+from pyro_sgmcmc.engine.layout import FlatLayout
+from pyro_sgmcmc.errors import SamplerDivergedError
 
 DIMENSION = 50
 
@@ -99,3 +103,19 @@ def test_one_minibatch_of_badly_fitted_rows_is_not_a_blow_up():
     assert _checked(monitor, 40, 2.0e6, rise=5.0) is None
     for step in range(41, 60):
         assert _checked(monitor, step, 2300.0 + (step % 3), rise=1.0) is None
+
+
+def test_the_advice_of_a_stuck_chain_fits_how_its_step_was_chosen():
+    """A hand-given step: give a smaller one or let the warm-up choose. A step the adaptive
+    warm-up chose: not "leave it unset" (it was), but the data's scales, a longer warm-up."""
+    layout = FlatLayout({"w": torch.Size([DIMENSION])})
+    for adaptive, said, unsaid in [
+        (False, "leave both unset for the adaptive warm-up", "The adaptive warm-up chose"),
+        (True, "Standardise the features and the target", "leave both unset"),
+    ]:
+        monitor = DivergenceMonitor(2, 3, "sghmc", chain_ids=[0, 1], adaptive=adaptive)
+        monitor._bad_values = (torch.zeros(1, DIMENSION), torch.zeros(1, DIMENSION))
+        monitor._set_consecutive(np.array([0, 3]))
+        with pytest.raises(SamplerDivergedError, match=r"chain\(s\) \[1\] had 3 divergent") as e:
+            monitor.raise_if_stuck(layout)
+        assert said in str(e.value) and unsaid not in str(e.value)

@@ -581,6 +581,7 @@ def test_ctrl_c_stops_run_chains_at_a_draw_boundary_with_a_checkpoint(gaussian_d
 def test_a_result_summarises_and_diagnoses_its_draws_as_mcmc_does(capsys):
     """``summary()`` and ``diagnostics()`` as ``pyro.infer.MCMC`` has them, through Pyro's own
     functions, plus the divergent steps and the verdict."""
+    from pyro.infer import MCMC
     from pyro.infer.mcmc.util import diagnostics
 
     def mean_model(y):
@@ -601,3 +602,12 @@ def test_a_result_summarises_and_diagnoses_its_draws_as_mcmc_does(capsys):
     expected = diagnostics(result.samples, group_by_chain=True)
     assert torch.equal(found["mu"]["r_hat"], expected["mu"]["r_hat"])
     assert found["divergences"] == {"chain 0": [], "chain 1": []}
+    # the per-chain entries as pyro.infer.MCMC gives them for the same kernel and chains
+    mcmc = MCMC(SGLD(mean_model, batch_size=20, seed=0), num_samples=60, warmup_steps=60,
+                num_chains=2, disable_progbar=True)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(y)
+    reference = mcmc.diagnostics()
+    for key in ("divergences", "divergent_steps", "num_steps_per_sample", "warmup_gradient_steps"):
+        assert found[key] == reference[key], key

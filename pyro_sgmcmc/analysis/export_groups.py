@@ -349,7 +349,7 @@ def _draw_groups(
 
 
 def _draws_arrays(
-    values: Mapping[str, list[np.ndarray]], num_chains: int, num_draws: int
+    values: Mapping[str, np.ndarray], num_chains: int, num_draws: int
 ) -> dict[str, np.ndarray]:
     """Per-draw values listed in chain-major order as ``(chain, draw, ...)`` arrays."""
     return {name: _reshape_draws(parts, num_chains, num_draws) for name, parts in values.items()}

@@ -70,19 +70,19 @@ def _dataset(
 
 
 def _batch_dims(
-    dims: Mapping[str, Sequence[str]], values: Mapping[str, list[np.ndarray]]
+    dims: Mapping[str, Sequence[str]], values: Mapping[str, np.ndarray | list[np.ndarray]]
 ) -> dict[str, list[str]]:
     """``dims`` of observed sites for their pointwise log-likelihoods, whose event dimensions
     are summed: the leading (batch) names of each."""
     return {
-        name: list(dims[name])[: values[name][0].ndim] if values[name] else list(dims[name])
+        name: list(dims[name])[: values[name][0].ndim] if len(values[name]) else list(dims[name])
         for name in values
         if name in dims
     }
 
 
 def _draws_dataset(
-    values: Mapping[str, list[np.ndarray]],
+    values: Mapping[str, np.ndarray | list[np.ndarray]],
     num_chains: int,
     num_draws: int,
     dims: Mapping[str, Sequence[str]],
@@ -99,8 +99,12 @@ def _draws_dataset(
     )
 
 
-def _reshape_draws(values: list[np.ndarray], num_chains: int, num_draws: int) -> np.ndarray:
-    stacked = np.stack(values)
+def _reshape_draws(
+    values: np.ndarray | list[np.ndarray], num_chains: int, num_draws: int
+) -> np.ndarray:
+    """``(chain, draw, ...)`` from per-draw values in chain-major order: an array with the
+    draws on its first axis (reshaped, not copied) or a list of per-draw arrays."""
+    stacked = values if isinstance(values, np.ndarray) else np.stack(values)
     return stacked.reshape((num_chains, num_draws, *stacked.shape[1:]))
 
 

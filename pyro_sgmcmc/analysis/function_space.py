@@ -26,6 +26,7 @@ from ..models.hidden_units import has_hidden_units
 from ..models.structure import DataPlate, spread_rows
 from .diagnostics import Verdict, judge, worst_statistics
 from .export_trace import OUTPUT, _test_pass, returned_output
+from .export_xarray import _reshape_draws
 
 __all__ = [
     "OUTPUT_ROWS",
@@ -196,7 +197,7 @@ class HeldOutOutputDraws:
         outputs = traced.predictive.get(OUTPUT)
         if outputs is None:
             return None
-        return np.stack(outputs).reshape(num_chains, num_draws, *outputs[0].shape)
+        return _reshape_draws(outputs, num_chains, num_draws)
 
 
 def run_verdict(

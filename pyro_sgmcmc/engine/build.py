@@ -436,6 +436,7 @@ def _divergence_monitor(
         algorithm.label,
         BlowUpDetector(num_chains, dimension=layout.dimension),
         [int(c) for c in chains],
+        adaptive=settings.adaptive,
     )
 
 

@@ -249,6 +249,8 @@ class DivergenceMonitor:
         The blow-up detector, or ``None`` to flag only non-finite values.
     chain_ids:
         The run's index of each chain, for messages (default ``0, ..., C - 1``).
+    adaptive:
+        Whether the adaptive warm-up chose the step (no step size given), for the advice.
     """
 
     def __init__(
@@ -258,7 +260,9 @@ class DivergenceMonitor:
         algorithm: str,
         blow_up: BlowUpDetector | None = None,
         chain_ids: list[int] | None = None,
+        adaptive: bool = False,
     ) -> None:
+        self.adaptive = adaptive
         self.chain_ids = list(range(num_chains)) if chain_ids is None else list(chain_ids)
         self.max_consecutive = max_consecutive
         self.algorithm = algorithm
@@ -475,7 +479,7 @@ class DivergenceMonitor:
             f"steps in a row up to step {self.last_step} (last: {self.last_reason}"
             + (f" at sites {sites}" if sites else "")
             + "). "
-            + _advice(self.algorithm),
+            + _advice(self.algorithm, self.adaptive),
             iteration=self.last_step,
             sites=sites or ["<potential energy>"],
             draws={},
@@ -511,8 +515,9 @@ class DivergenceMonitor:
             self.blow_up.load_state_dict(state["blow_up"])
 
 
-def _advice(algorithm: str) -> str:
-    """What to change after a chain diverged for good."""
+def _advice(algorithm: str, adaptive: bool) -> str:
+    """What to change after a chain diverged for good (``adaptive``: the warm-up chose the
+    step, so leaving it unset is no advice)."""
     if algorithm == "constant SGD":
         # its sampling rate is Mandt et al.'s, not the given step: a smaller warm-up step only
         # measures the noise further from the mode
@@ -521,6 +526,13 @@ def _advice(algorithm: str) -> str:
             "which only the adaptive warm-up bounds by the curvature it measures: leave "
             "step_size and learning_rate unset (or, diverged in warm-up, give a smaller one; "
             "after it, pass rate_multiplier < 1 or optimal_rate=False), or check the model."
+        )
+    if adaptive:
+        return (
+            "The adaptive warm-up chose the step: a chain that diverges after it has usually "
+            "run to where the model's scales are extreme (the warnings before this error name "
+            "the site). Standardise the features and the target, give a longer warm-up "
+            "(warmup_steps) or a smaller step_size, or check the model and its priors."
         )
     return (
         "Give a smaller step_size or learning_rate, or leave both unset for the adaptive "

@@ -221,13 +221,24 @@ class VectorizedResult:
             print(f"Verdict: {self.verdict}")
 
     def diagnostics(self) -> dict[str, Any]:
-        """Per site ``n_eff`` and ``r_hat``, and per chain (``"chain 0"``, ...) the steps that
-        diverged, as ``pyro.infer.MCMC.diagnostics`` gives them (Pyro's ``diagnostics``)."""
+        """As ``pyro.infer.MCMC.diagnostics()`` gives them for the same kernel: per site
+        ``n_eff`` and ``r_hat`` (Pyro's ``diagnostics``), and per chain (``"chain 0"``, ...)
+        ``divergences`` (the kept draws during which a gradient step diverged, the format
+        ``arviz.from_pyro`` reads), ``divergent_steps`` (those gradient steps, 1-based, warm-up
+        included) and what the warm-up chose (:attr:`chain_reports`)."""
         found = pyro_diagnostics(self.samples, group_by_chain=True)
-        found["divergences"] = {
-            f"chain {c}": list(steps) for c, steps in enumerate(self.divergent_steps)
-        }
-        return found
+        per_chain: dict[str, dict[str, Any]] = {"divergences": {}, "divergent_steps": {}}
+        diverging = self.sample_stats.get("diverging")
+        for c in range(self.num_chains):
+            chain = f"chain {c}"
+            kept = [] if diverging is None else np.flatnonzero(diverging[c]).tolist()
+            per_chain["divergences"][chain] = kept
+            steps = self.divergent_steps[c] if c < len(self.divergent_steps) else ()
+            per_chain["divergent_steps"][chain] = list(steps)
+            report = self.chain_reports[c] if c < len(self.chain_reports) else {}
+            for key, value in report.items():
+                per_chain.setdefault(key, {})[chain] = value
+        return {**found, **per_chain}
 
     def to_inference_data(self, *args: Any, **options: Any):
         """The run as an ``arviz.InferenceData`` (ArviZ 0.x) or ``xarray.DataTree`` (ArviZ 1.x),
