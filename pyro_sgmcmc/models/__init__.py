@@ -19,5 +19,6 @@ module                     job
 :mod:`.gibbs`              Gibbs steps inside the kernels: the protocol and helpers
 :mod:`.conjugate`          exact Normal-Gamma conditionals, found in the model
 :mod:`.initialization`     starting points: over-dispersed prior draws, a MAP fit
+:mod:`.model_params`       a model's own ``pyro.param`` values: recorded by a run, substituted after
 =========================  ===================================================================
 """
