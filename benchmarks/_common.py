@@ -53,6 +53,15 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
         print(" | ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))
 
 
+def checkouts(against: Path | None) -> dict[str, Path]:
+    """This checkout and, with ``--against DIR``, another one measured the same way, by the
+    names the tables show."""
+    found = {"this checkout": Path(__file__).resolve().parent.parent}
+    if against is not None:
+        found[str(against)] = against.resolve()
+    return found
+
+
 def load_average() -> list[float]:
     """``os.getloadavg()``: timings taken under load (> cpu count) are inflated."""
     return [round(v, 2) for v in os.getloadavg()]

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import load_average, print_table, write_json
+from _common import checkouts, load_average, print_table, write_json
 
 CHILD = """
 import json, resource, sys, time, warnings
@@ -91,11 +91,8 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=500)
     parser.add_argument("--against", type=Path, help="another checkout, run the same way")
     args = parser.parse_args()
-    checkouts = {"this checkout": Path(__file__).resolve().parent.parent}
-    if args.against is not None:
-        checkouts[f"{args.against}"] = args.against.resolve()
     rows = [{"checkout": name, **measure(path, args.rows, args.chains, args.draws)}
-            for name, path in checkouts.items()]  # fmt: skip
+            for name, path in checkouts(args.against).items()]  # fmt: skip
     print_table(rows, ["checkout", "rows", "chains", "draws", "groups_mb", "peak_growth_mb",
                        "ratio_to_groups", "seconds"])  # fmt: skip
     print(f"load {load_average()}")

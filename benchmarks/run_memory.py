@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import load_average, print_table, write_json
+from _common import checkouts, load_average, print_table, write_json
 
 CHILD = """
 import json, sys, threading, time, warnings
@@ -74,11 +74,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1875, help="gradient steps per kept draw")
     parser.add_argument("--against", type=Path, help="another checkout, run the same way")
     args = parser.parse_args()
-    checkouts = {"this checkout": Path(__file__).resolve().parent.parent}
-    if args.against is not None:
-        checkouts[f"{args.against}"] = args.against.resolve()
     rows = [{"checkout": name, **measure(path, args.draws, args.steps)}
-            for name, path in checkouts.items()]  # fmt: skip
+            for name, path in checkouts(args.against).items()]  # fmt: skip
     print_table(rows, ["checkout", "draws", "steps_per_draw", "growth_mb", "per_draw_mb",
                        "draws_own_mb", "ratio_to_own"])  # fmt: skip
     print(f"load {load_average()}")

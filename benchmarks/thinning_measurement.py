@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import load_average, print_table, write_json
+from _common import checkouts, load_average, print_table, write_json
 
 CHILD = """
 import json, resource, sys, time
@@ -114,18 +114,16 @@ def main() -> None:
     parser.add_argument("--whole-run", type=int, metavar="W", help="warm-up of a whole run")
     parser.add_argument("--against", type=Path, help="another checkout, measured the same way")
     args = parser.parse_args()
-    checkouts = {"this checkout": Path(__file__).resolve().parent.parent}
-    if args.against is not None:
-        checkouts[f"{args.against}"] = args.against.resolve()
     cases = [(warmup, False) for warmup in args.warmups] + [(args.network_warmup, True)]
+    measured = checkouts(args.against)
     rows = [{"checkout": name, **measure(path, warmup, network)}
-            for warmup, network in cases for name, path in checkouts.items()]  # fmt: skip
+            for warmup, network in cases for name, path in measured.items()]  # fmt: skip
     print_table(rows, ["checkout", "warmup_steps", "series", "measured_steps", "seconds",
                        "added_mb", "median_time"])  # fmt: skip
     runs = []
     if args.whole_run is not None:
         runs = [{"checkout": name, **whole_run(path, args.whole_run)}
-                for name, path in checkouts.items()]  # fmt: skip
+                for name, path in checkouts(args.against).items()]  # fmt: skip
         print_table(runs, ["checkout", "warmup_steps", "seconds", "peak_mb", "thinning"])
     print(f"load {load_average()}")
     settings = {k: str(v) for k, v in vars(args).items()}
