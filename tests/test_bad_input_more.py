@@ -440,6 +440,14 @@ def test_a_step_size_that_blows_up_at_once_warns_and_keeps_the_start():
     draws = mcmc.get_samples()
     assert all(float(value.abs().max()) < 10 for value in draws.values())
     assert mcmc.diagnostics()["divergences"]["chain 0"] == [0, 1, 2, 3, 4]
+    # run_chains' diagnostics() the same, per chain, for the same kernel: kept draws, not steps
+    with pytest.warns(UserWarning, match="did not move"):
+        result = run_chains(SGLD(regressor(), step_size=1e6, batch_size=10, seed=0), X, Y_REG,
+                            num_chains=1, num_samples=5, warmup_steps=5)  # fmt: skip
+    found, reference = result.diagnostics(), mcmc.diagnostics()
+    for key in ("divergences", "divergent_steps", "num_steps_per_sample"):
+        assert found[key] == reference[key], key
+    assert found["divergent_steps"]["chain 0"] != found["divergences"]["chain 0"]
 
 
 def test_targets_left_out_are_named():

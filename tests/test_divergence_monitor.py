@@ -110,7 +110,7 @@ def test_the_advice_of_a_stuck_chain_fits_how_its_step_was_chosen():
     warm-up chose: not "leave it unset" (it was), but the data's scales, a longer warm-up."""
     layout = FlatLayout({"w": torch.Size([DIMENSION])})
     for adaptive, said, unsaid in [
-        (False, "leave both unset for the adaptive warm-up", "The adaptive warm-up chose"),
+        (False, "leave both unset for the adaptive warm-up", "The adaptive warm-up chooses"),
         (True, "Standardise the features and the target", "leave both unset"),
     ]:
         monitor = DivergenceMonitor(2, 3, "sghmc", chain_ids=[0, 1], adaptive=adaptive)

@@ -495,7 +495,7 @@ def test_a_test_set_smaller_than_the_plates_subsample_size_is_named(data):
     x, y, x_test, _ = data
     source = _source(subsampling, (x, y))
     message = (
-        r"the model's plate 'data' draws subsample_size=8 rows and the test set has 6, .*"
+        r"a plate of the model \(the data plate 'data'\?\) draws subsample_size=8 of its 6 rows .*"
         r"give at least 8 test rows, or write the plate as .*subsample_size=min\(8, len\(x\)\)"
     )
     with pytest.raises(ValueError, match=message) as error:
@@ -503,6 +503,24 @@ def test_a_test_set_smaller_than_the_plates_subsample_size_is_named(data):
     assert "guide" not in str(error.value)
     idata = to_inference_data(source, test=(torch.cat([x_test, x[:2]]),))  # 8 rows: fine
     assert idata.predictions["obs"].shape[-1] == 8
+
+
+def test_a_site_the_model_visits_in_some_draws_only_is_named(data):
+    """Each site's values are written into one array for all draws: a site left out of a draw
+    is refused by name, not exported with that draw's row unwritten."""
+    x, y, _, _ = data
+
+    def sometimes(x, y=None):
+        w = pyro.sample("w", dist.Normal(torch.zeros(3), 1.0).to_event(1))
+        with pyro.plate("data", len(x)):
+            pyro.sample("obs", dist.Normal(x @ w, 0.3), obs=y)
+            if w[0] > 0:
+                pyro.sample("extra", dist.Normal(x[:, 0] * w[0], 1.0), obs=y)
+
+    w = torch.tensor([[[1.0, -2.0, 0.5], [-1.0, -2.0, 0.5], [1.0, -2.0, 0.5]]])
+    source = Chains({"w": w}, {}, sometimes, (x, y))
+    with pytest.raises(ValueError, match=r"site 'extra' is missing from draw 1"):
+        to_inference_data(source)
 
 
 # ---------------------------------------------------------------------------------------------

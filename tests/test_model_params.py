@@ -122,3 +122,40 @@ def test_a_model_without_params_records_none():
         chains = run_chains(SGHMC(model, batch_size=50, seed=0), x, y, num_chains=1,
                             num_samples=5, warmup_steps=20)  # fmt: skip
     assert chains.model_params == {}
+
+
+def test_fits_of_a_pyro_param_module_are_independent_and_leave_the_module_alone():
+    """A ``PyroParam`` is the module's own tensor: each fit starts from its initial value (fit 1
+    did not continue from fit 0), the same call gives the same fits, the module is unchanged."""
+    x, y = _data()
+    module = ParamModule()
+    options = {"num_steps": 60, "batch_size": 50, "seed": 0, "progress_bar": False}
+    first = fit_svi(module, x, y, num_fits=2, **options)
+    assert float(module.s) == pytest.approx(0.5)
+    again = fit_svi(module, x, y, num_fits=2, **options)
+    alone = fit_svi(ParamModule(), x, y, num_fits=1, **options)
+    fits = [float(params["s"]) for params in first.model_params]
+    assert fits == [float(params["s"]) for params in again.model_params]
+    assert fits[0] == float(alone.model_params[0]["s"])
+
+
+def test_an_svi_export_uses_each_fits_params_also_with_a_pointwise_log_likelihood():
+    """A model's ``pointwise_log_likelihood`` reads its parameters from the store: the export of
+    an SVI result with fitted parameters traces the per-fit models instead."""
+    x, y = _data()
+
+    def model(x, y=None):
+        param_model(x, y)
+
+    def pointwise(params, subsample, x, y=None):
+        s = pyro.param("s", torch.tensor(0.5), constraint=dist.constraints.positive)
+        rows = slice(None) if subsample is None else subsample
+        return dist.Normal(x[rows] @ params["w"], s).log_prob(y[rows])
+
+    model.pointwise_log_likelihood = pointwise
+    result = fit_svi(model, x, y, num_steps=300, batch_size=50, seed=0, progress_bar=False)
+    fitted = float(result.model_params[0]["s"])
+    pyro.get_param_store()["s"] = torch.tensor(2.0)
+    idata = to_inference_data(result, num_draws=3, seed=0)
+    w = torch.as_tensor(idata.posterior["w"].values)
+    _assert_exported_with(idata, w, fitted, x, y)

@@ -294,7 +294,9 @@ def _trace_passes(
             want_log_likelihood=log_likelihood,
             want_predictive=posterior_predictive,
             want_log_joint=log_joint,
-            use_fast_path=use_fast_path,
+            # a model's pointwise_log_likelihood would read its parameters from the store,
+            # not the fits' (the per-chain models substitute them): traced instead
+            use_fast_path=use_fast_path and inputs.chain_models is None,
             label="the training data (args)",
             chain_models=inputs.chain_models,
             read_output=inputs.network,
@@ -310,6 +312,7 @@ def _trace_passes(
             plate_name=inputs.plate_name,
             chunk_size=chunk_size,
             read_output=inputs.network,
+            chain_models=inputs.chain_models,
         )
     return train, test_pass
 

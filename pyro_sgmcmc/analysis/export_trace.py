@@ -135,6 +135,7 @@ class _Pass:
     def __init__(self, num_draws: int) -> None:
         self.num_draws = num_draws
         self.filled = 0  # the draws stored so far
+        self.stored: dict[int, int] = {}  # id of a site's array -> the draws written to it
         self.log_likelihood: dict[str, np.ndarray] = {}
         self.predictive: dict[str, np.ndarray] = {}
         self.log_joint: list[float] = []
@@ -145,10 +146,35 @@ class _Pass:
         self.observed_rows: dict[str, np.ndarray] = {}
 
     def put(self, group: dict[str, np.ndarray], name: str, value: np.ndarray) -> None:
-        """Store the current draw's ``value`` of site ``name`` in ``group``."""
+        """Store the current draw's ``value`` of site ``name`` in ``group``: a site must be
+        there, with one shape and dtype, in every draw (nothing is filled in or cast)."""
         if name not in group:
+            if self.filled:
+                raise _missing_site(name, 0)
             group[name] = np.empty((self.num_draws, *value.shape), dtype=value.dtype)
-        group[name][self.filled] = value
+        stored = group[name]
+        if value.shape != stored.shape[1:] or value.dtype != stored.dtype:
+            raise ValueError(
+                f"the export needs the same sites in every draw: site {name!r} has shape "
+                f"{tuple(value.shape)} and dtype {value.dtype} in draw {self.filled}, "
+                f"{tuple(stored.shape[1:])} and {stored.dtype} in the first"
+            )
+        stored[self.filled] = value
+        self.stored[id(stored)] = self.filled + 1
+
+    def check_complete(self, groups: tuple[dict[str, np.ndarray], ...]) -> None:
+        """Raise if a site was left out of a draw after the first (its row never written)."""
+        for group in groups:
+            for name, stored in group.items():
+                if self.stored.get(id(stored)) != self.filled:
+                    raise _missing_site(name, self.stored.get(id(stored), 0))
+
+
+def _missing_site(name: str, draw: int) -> ValueError:
+    return ValueError(
+        f"the export needs the same sites in every draw: site {name!r} is missing from draw "
+        f"{draw} (a site the model visits only for some values of its latent sites)"
+    )
 
 
 @dataclass(frozen=True)
@@ -278,6 +304,7 @@ class _DrawParts:
             if not bool(rows.all()):
                 result.observed_rows[name] = _numpy(rows)
         result.filled += 1
+        result.check_complete((result.log_likelihood, result.predictive))
 
 
 def _observed_rows(site: Mapping[str, Any], frame: Any, num_rows: int) -> torch.Tensor:
@@ -424,10 +451,12 @@ def _observed_in_plate(model, latents, args, kwargs, plate_name) -> list[str]:
 
 
 def _test_pass(
-    model, samples, test, test_kwargs, args, *, plate_name, chunk_size, read_output=False
-) -> _Pass:
+    model, samples, test, test_kwargs, args, *, plate_name, chunk_size, read_output=False,
+    chain_models=None,
+) -> _Pass:  # fmt: skip
     """The predictive pass on ``test``, with the test set checked first and the model's own
-    failures on it reported as a ``ValueError`` naming ``test`` (not a tensor dump)."""
+    failures on it reported as a ``ValueError`` naming ``test`` (not a tensor dump);
+    ``chain_models`` as for :func:`_run_pass`."""
     test_kwargs = dict(test_kwargs or {})
     _check_finite("test", test, test_kwargs)
     _check_test_like_training(model, test, args)
@@ -445,6 +474,7 @@ def _test_pass(
             use_fast_path=False,
             label="test",
             read_output=read_output,
+            chain_models=chain_models,
         )
     except _DataError:
         raise
@@ -465,10 +495,10 @@ def _fewer_rows_than_subsample(message: str, plate_name: str) -> str | None:
         return None
     size, rows = found.groups()
     return (
-        f"the model's plate {plate_name!r} draws subsample_size={size} rows and the test set "
-        f"has {rows}, and a Pyro plate cannot draw more rows than it has: give at least {size} "
-        f"test rows, or write the plate as pyro.plate({plate_name!r}, len(x), "
-        f"subsample_size=min({size}, len(x)))"
+        f"a plate of the model (the data plate {plate_name!r}?) draws subsample_size={size} of "
+        f"its {rows} rows on the test set, and a Pyro plate cannot draw more rows than it has: "
+        f"give at least {size} test rows, or write the plate as pyro.plate({plate_name!r}, "
+        f"len(x), subsample_size=min({size}, len(x)))"
     )
 
 

@@ -529,10 +529,10 @@ def _advice(algorithm: str, adaptive: bool) -> str:
         )
     if adaptive:
         return (
-            "The adaptive warm-up chose the step: a chain that diverges after it has usually "
-            "run to where the model's scales are extreme (the warnings before this error name "
-            "the site). Standardise the features and the target, give a longer warm-up "
-            "(warmup_steps) or a smaller step_size, or check the model and its priors."
+            "The adaptive warm-up chooses the step: a chain that diverges with the steps it "
+            "chose has usually run to where the model's scales are extreme (the warnings before "
+            "this error name the site). Standardise the features and the target, give a longer "
+            "warm-up (warmup_steps) or a smaller step_size, or check the model and its priors."
         )
     return (
         "Give a smaller step_size or learning_rate, or leave both unset for the adaptive "

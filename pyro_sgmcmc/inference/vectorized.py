@@ -221,11 +221,13 @@ class VectorizedResult:
             print(f"Verdict: {self.verdict}")
 
     def diagnostics(self) -> dict[str, Any]:
-        """As ``pyro.infer.MCMC.diagnostics()`` gives them for the same kernel: per site
-        ``n_eff`` and ``r_hat`` (Pyro's ``diagnostics``), and per chain (``"chain 0"``, ...)
-        ``divergences`` (the kept draws during which a gradient step diverged, the format
-        ``arviz.from_pyro`` reads), ``divergent_steps`` (those gradient steps, 1-based, warm-up
-        included) and what the warm-up chose (:attr:`chain_reports`)."""
+        """Per site ``n_eff`` and ``r_hat`` (Pyro's ``diagnostics``), and per chain
+        (``"chain 0"``, ...) the entries ``pyro.infer.MCMC.diagnostics()`` has for the same
+        kernel under these names: ``divergences`` (the kept draws during which a gradient step
+        diverged, the format ``arviz.from_pyro`` reads), ``divergent_steps`` (those gradient
+        steps, 1-based, warm-up included) and what the warm-up chose (:attr:`chain_reports`:
+        thinning, autocorrelation time, per-site steps, ...). The per-draw statistics
+        (``step_size``, ``temperature``, ``potential_energy``) are in :attr:`sample_stats`."""
         found = pyro_diagnostics(self.samples, group_by_chain=True)
         per_chain: dict[str, dict[str, Any]] = {"divergences": {}, "divergent_steps": {}}
         diverging = self.sample_stats.get("diverging")

@@ -7,10 +7,11 @@ the run, and so do the SG-MCMC kernels and :func:`~pyro_sgmcmc.run_chains`; Pyro
 optimises them with the guide's parameters, and so does :func:`~pyro_sgmcmc.fit_svi`.
 
 The store is global and may change after a run (another fit, ``pyro.clear_param_store()``):
-a result keeps the values its run used (:func:`param_values`), and everything evaluated from
-the result afterwards (the export's log-likelihood and predictions, an SVI fit's predictive)
-runs the model with them substituted (:func:`with_params`), not with whatever the store holds
-at that time.
+a result keeps the values its run used (:func:`param_values`), and the export
+(:func:`~pyro_sgmcmc.to_inference_data`: log-likelihood, predictive groups, predictions) runs
+the model with them substituted (:func:`with_params`; an SVI fit's with each fit's own,
+``SVIResult.fitted_model``), not with whatever the store holds at that time. Pyro's own
+``Predictive`` reads the store.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ def param_values(trace: Trace) -> TensorDict:
 
 
 def traced_param_names(model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> list:
-    """The names of the parameter sites of one run of ``model`` (torch's CPU generator left as
-    it was: the run draws the latent sites from their priors)."""
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    """The names of the parameter sites of one run of ``model`` (torch's generators left as they
+    were, the CUDA ones too where CUDA is in use: the run draws the latent sites from their
+    priors)."""
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=cuda), torch.no_grad():
         trace = poutine.trace(model).get_trace(*args, **kwargs)
     return [name for name, site in trace.nodes.items() if site["type"] == "param"]
 

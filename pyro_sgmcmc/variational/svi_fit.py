@@ -121,10 +121,19 @@ def _one_fit(
         params += list(prior_parameters.parameters())
     # a BayesianMLP (the plain-torch loss) has no parameters of its own
     names = [] if plan.fast else traced_param_names(plan.model, plan.args, plan.kwargs)
-    params += _unconstrained(names, params)
-    history = _optimise(plan, k, fit_seed, guide, step_loss, params, completed)
-    store = pyro.get_param_store()
-    fitted = {name: store.get_param(name).detach().clone() for name in names if name in store}
+    own = _unconstrained(names, params)
+    # a PyroModule's PyroParam is the module's own tensor, whatever the store: each fit starts
+    # from its initial value and leaves it there, so that the fits are independent and the
+    # user's module unchanged (as the store, restored by the fit's scope)
+    starts = [tensor.detach().clone() for tensor in own]
+    try:
+        history = _optimise(plan, k, fit_seed, guide, step_loss, params + own, completed)
+        store = pyro.get_param_store()
+        fitted = {name: store.get_param(name).detach().clone() for name in names if name in store}
+    finally:
+        with torch.no_grad():
+            for tensor, start in zip(own, starts, strict=True):
+                tensor.copy_(start)
     return guide, history, prior_parameters, fitted
 
 
