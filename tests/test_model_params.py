@@ -159,3 +159,23 @@ def test_an_svi_export_uses_each_fits_params_also_with_a_pointwise_log_likelihoo
     idata = to_inference_data(result, num_draws=3, seed=0)
     w = torch.as_tensor(idata.posterior["w"].values)
     _assert_exported_with(idata, w, fitted, x, y)
+
+
+def test_fit_svi_optimises_the_params_with_a_guide_that_does_not_run_the_model():
+    """A hand-written guide does not create the model's parameters at its first call (an
+    autoguide's does, tracing the model): they are created at their values in the model's
+    structure, and learnt all the same."""
+
+    class Guide(PyroModule):
+        def __init__(self, model) -> None:
+            super().__init__()
+            self.loc = PyroParam(torch.zeros(2))
+            self.scale = PyroParam(torch.full((2,), 0.1), constraint=dist.constraints.positive)
+
+        def forward(self, x, y=None):
+            pyro.sample("w", dist.Normal(self.loc, self.scale).to_event(1))
+
+    x, y = _data()
+    result = fit_svi(param_model, x, y, num_steps=1500, batch_size=50, guide_factory=Guide,
+                     seed=0, progress_bar=False)  # fmt: skip
+    assert abs(float(result.model_params[0]["s"]) - NOISE) < 0.06

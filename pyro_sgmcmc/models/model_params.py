@@ -22,8 +22,9 @@ from typing import Any
 import torch
 from pyro import poutine
 from pyro.poutine import Trace
+from torch.distributions.constraints import real
 
-__all__ = ["param_values", "traced_param_names", "with_params"]
+__all__ = ["param_sites", "param_values", "with_params"]
 
 TensorDict = dict[str, torch.Tensor]
 
@@ -37,14 +38,13 @@ def param_values(trace: Trace) -> TensorDict:
     }
 
 
-def traced_param_names(model: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> list:
-    """The names of the parameter sites of one run of ``model`` (torch's generators left as they
-    were, the CUDA ones too where CUDA is in use: the run draws the latent sites from their
-    priors)."""
-    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
-    with torch.random.fork_rng(devices=cuda), torch.no_grad():
-        trace = poutine.trace(model).get_trace(*args, **kwargs)
-    return [name for name, site in trace.nodes.items() if site["type"] == "param"]
+def param_sites(trace: Trace) -> dict[str, tuple[torch.Tensor, Any]]:
+    """The (constrained) value and the constraint of each parameter site of a trace."""
+    return {
+        name: (site["value"].detach().clone(), site["kwargs"].get("constraint", real))
+        for name, site in trace.nodes.items()
+        if site["type"] == "param"
+    }
 
 
 def with_params(model: Callable[..., Any], params: Mapping[str, torch.Tensor] | None) -> Any:

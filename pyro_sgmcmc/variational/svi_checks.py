@@ -13,7 +13,7 @@ runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -27,6 +27,7 @@ from .._validation import (
 )
 from ..errors import ModelContractError
 from ..models.contract_checks import check_finite_data
+from ..models.model_params import param_sites
 from ..models.structure import (
     DataPlate,
     data_mismatch,
@@ -91,6 +92,9 @@ class FitPlan:
         Whether the loss is the plain-torch one of a ``BayesianMLP`` with the default guide.
     layers:
         The Bayesian layers of a ``PyroModule`` for the per-example estimators, else ``None``.
+    params:
+        The model's own parameters (``pyro.param``, ``PyroParam``) in its structure's trace,
+        which the fits optimise with the guide's: their values there and constraints.
     """
 
     model: Callable[..., Any]
@@ -120,6 +124,7 @@ class FitPlan:
     prior_sites: tuple[str, ...] = ()
     fast: bool = False
     layers: Mapping[str, BayesianLayer] | None = None
+    params: Mapping[str, tuple[torch.Tensor, Any]] = field(default_factory=dict)
 
 
 def check_plan(plan: FitPlan) -> FitPlan:
@@ -241,4 +246,5 @@ def _with_data(plan: FitPlan) -> FitPlan:
         prior_sites=prior_sites,
         fast=fast,
         layers=layers,
+        params=param_sites(structure.trace),
     )

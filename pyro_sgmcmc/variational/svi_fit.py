@@ -28,7 +28,6 @@ from tqdm.auto import tqdm
 from ..engine.minibatch import Minibatcher
 from ..engine.seeds import chain_generators, chain_seeds
 from ..errors import SVIDivergedError
-from ..models.model_params import traced_param_names
 from .svi_checks import FitPlan
 from .svi_loss import _step_loss
 from .svi_prior import ScaleMixtureParameters
@@ -119,9 +118,7 @@ def _one_fit(
         raise ValueError("the guide has no trainable parameters")
     if prior_parameters is not None:
         params += list(prior_parameters.parameters())
-    # a BayesianMLP (the plain-torch loss) has no parameters of its own
-    names = [] if plan.fast else traced_param_names(plan.model, plan.args, plan.kwargs)
-    own = _unconstrained(names, params)
+    own = _unconstrained(plan, params)
     # a PyroModule's PyroParam is the module's own tensor, whatever the store: each fit starts
     # from its initial value and leaves it there, so that the fits are independent and the
     # user's module unchanged (as the store, restored by the fit's scope)
@@ -129,7 +126,7 @@ def _one_fit(
     try:
         history = _optimise(plan, k, fit_seed, guide, step_loss, params + own, completed)
         store = pyro.get_param_store()
-        fitted = {name: store.get_param(name).detach().clone() for name in names if name in store}
+        fitted = {name: store.get_param(name).detach().clone() for name in plan.params}
     finally:
         with torch.no_grad():
             for tensor, start in zip(own, starts, strict=True):
@@ -137,13 +134,17 @@ def _one_fit(
     return guide, history, prior_parameters, fitted
 
 
-def _unconstrained(names: list[str], params: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The unconstrained tensors of the model's own parameters ``names`` (``pyro.param``,
-    ``PyroParam``) in the fit's store that require gradients and are not already among
-    ``params``: the fit optimises them with the guide's, as Pyro's ``SVI`` does."""
+def _unconstrained(plan: FitPlan, params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The unconstrained tensors of the model's own parameters (``pyro.param``, ``PyroParam``)
+    in the fit's store that require gradients and are not already among ``params``: the fit
+    optimises them with the guide's, as Pyro's ``SVI`` does. Those the guide's first call did
+    not create (a guide that does not run the model) are created at their values in the
+    model's structure."""
     store = pyro.get_param_store()
+    for name, (value, constraint) in plan.params.items():
+        store.setdefault(name, value.clone(), constraint)
     known = {id(p) for p in params}
-    found = [store.get_param(name).unconstrained() for name in names if name in store]
+    found = [store.get_param(name).unconstrained() for name in plan.params]
     return [p for p in found if p.requires_grad and id(p) not in known]
 
 
