@@ -19,6 +19,7 @@ module                     job
 :mod:`.diagnostics`        convergence report and verdict: R-hat, ESS, divergences
 :mod:`.rank_diagnostics`   rank-normalised R-hat, bulk and tail ESS of many quantities at once
 :mod:`.function_space`     a run's verdict on parameters or on a network's outputs
+:mod:`.judged_outputs`     the outputs a verdict judges: class probabilities, judged rows
 :mod:`.predictive`         posterior predictive summaries, epistemic/aleatoric split
 :mod:`.metrics`            predictive metrics for regression and classification
 :mod:`.plots`              the figures of ``pyro-sgmcmc compare``

@@ -17,7 +17,7 @@ Vehtari et al. (2021):
   a permutation of units give a weight-space :math:`\hat R` far above 1 while they agree on
   every prediction -- so it is judged in function space, on its outputs :math:`f(x)` at fixed
   inputs: :math:`\hat R \le` :data:`FUNCTION_RHAT_BOUND` (1.05) and ESS :math:`\ge` 100 per
-  chain over every output.
+  chain over every output; a classifier's as its class probabilities (:mod:`.judged_outputs`).
 
 "Run about k times longer" extrapolates: ESS grows in proportion to the number of draws, and
 :math:`\hat R - 1` falls about in inverse proportion to it. With one chain :math:`\hat R`
@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from . import _arviz
+from .judged_outputs import judged_outputs
 from .rank_diagnostics import worst_of_all
 
 __all__ = [
@@ -577,8 +578,8 @@ def convergence_report(
     if function_space is None:
         function_space = network and group in OUTPUT_GROUPS
     dataset = _select(idata, group, var_names)
-    if at_judged_rows and function_space and group == "posterior_predictive":
-        dataset = _at_judged_rows(dataset, attrs)
+    if function_space and group in OUTPUT_GROUPS:  # at the rows and on the scale the run judged
+        dataset = judged_outputs(dataset, attrs, at_judged_rows and group == "posterior_predictive")
     if wall_time is None:
         wall_time = attrs.get("sampling_time", math.nan)
     wall_time = float(wall_time)
@@ -675,20 +676,6 @@ def _output_group(idata: Any) -> str | None:
         if _arviz.has_group(idata, group) and "output" in _arviz.get_group(idata, group):
             return group
     return None
-
-
-def _at_judged_rows(dataset, attrs: Mapping[str, Any]):
-    """A network's outputs at the training rows (``posterior_predictive``) its run judged them
-    at (the attributes ``judged_rows`` and ``judged_of_rows`` of its export), where the
-    export's outputs are at every row of those data; else ``dataset`` as it is."""
-    rows = attrs.get("judged_rows")
-    output = dataset.data_vars.get("output")
-    if rows is None or output is None or output.ndim < 3:
-        return dataset
-    row_dim = output.dims[2]  # (chain, draw, row, ...)
-    if dataset.sizes[row_dim] != int(attrs.get("judged_of_rows", -1)):
-        return dataset
-    return dataset.isel({row_dim: np.atleast_1d(np.asarray(rows, dtype=int))})
 
 
 def _select(idata: Any, group: str, var_names: Sequence[str] | None):

@@ -52,6 +52,7 @@ from .export_xarray import (
     _reshape_draws,
     _tensor_arguments,
 )
+from .judged_outputs import traced_output_link
 
 __all__ = ["build_groups"]
 
@@ -264,9 +265,18 @@ def _posterior_attrs(run: _Source, inputs: _Inputs, wall_time: float | None) -> 
             "function_space": int(inputs.network),
         }
     )
+    if inputs.network:
+        link = traced_output_link(_first_model(inputs), inputs.first, inputs.args, inputs.kwargs)
+        if link is not None:  # a classifier: judged on softmax/sigmoid of its outputs
+            attrs["output_link"] = link
     if wall_time is not None:
         attrs["sampling_time"] = float(wall_time)
     return attrs
+
+
+def _first_model(inputs: _Inputs) -> Callable[..., Any]:
+    """The model traced for the first chain."""
+    return inputs.model if inputs.chain_models is None else inputs.chain_models[0]
 
 
 def _trace_passes(

@@ -8,7 +8,8 @@ model's return value, or its site ``output`` -- at up to :data:`OUTPUT_ROWS` tra
 over the data (:class:`OutputDraws`), or at every row of a test set (:class:`HeldOutOutputDraws`:
 the outputs ``to_inference_data(..., test=...)`` stores, which
 :func:`~pyro_sgmcmc.analysis.diagnostics.convergence_report` judges). Both evaluate each draw
-once however often the run is judged.
+once however often the run is judged. A classifier's outputs are judged as its class
+probabilities (:mod:`.judged_outputs`), as ``convergence_report`` judges its export.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..models.structure import DataPlate, spread_rows
 from .diagnostics import Verdict, judge, worst_statistics
 from .export_trace import OUTPUT, _test_pass, returned_output
 from .export_xarray import _reshape_draws
+from .judged_outputs import apply_link, output_link, traced_output_link
 
 __all__ = [
     "OUTPUT_ROWS",
@@ -64,6 +66,10 @@ class OutputDraws:
         self.num_data = plate.num_data
         self.bound = plate.bind(model, args, kwargs, self.rows)
         self.values: list[np.ndarray] = []  # per draw index, (C, ...)
+        #: The link from the outputs to a classifier's class probabilities
+        #: (:func:`~.judged_outputs.output_link` of the first draw's trace).
+        self.link: str | None = None
+        self._link_read = False
         #: Seconds spent evaluating outputs (each draw's once).
         self.seconds = 0.0
 
@@ -100,6 +106,8 @@ class OutputDraws:
         value = site["value"] if site is not None else returned_output(trace, latents)
         if not isinstance(value, torch.Tensor) or value.dim() == 0:
             return None
+        if not self._link_read:
+            self.link, self._link_read = output_link(trace, latents), True
         if value.shape[0] == self.num_data and self.num_data != len(self.rows):
             value = value.index_select(0, self.rows.to(value.device))
         if value.shape[0] != len(self.rows):
@@ -158,6 +166,10 @@ class HeldOutOutputDraws:
         self.test, self.test_kwargs = test, dict(test_kwargs)
         self.values: list[np.ndarray] = []  # per draw index, (C, rows, ...)
         self.has_output = True
+        #: The link from the outputs to a classifier's class probabilities (read from the
+        #: trace of the first draw on the test set; ``None`` before the first).
+        self.link: str | None = None
+        self._link_read = False
         #: Seconds spent evaluating outputs (each draw's once).
         self.seconds = 0.0
 
@@ -194,6 +206,10 @@ class HeldOutOutputDraws:
             traced = _test_pass(self.model, samples, self.test, self.test_kwargs, self.args,
                                 plate_name=self.plate_name, chunk_size=None,
                                 read_output=True)  # fmt: skip
+            if not self._link_read:  # the test set checked by the pass: trace one draw
+                first = {name: value[0, 0] for name, value in samples.items()}
+                self.link = traced_output_link(self.model, first, self.test, self.test_kwargs)
+                self._link_read = True
         outputs = traced.predictive.get(OUTPUT)
         if outputs is None:
             return None
@@ -213,6 +229,7 @@ def run_verdict(
     network = has_hidden_units(model, {n: v.shape[2:] for n, v in samples.items()})
     values = outputs(samples) if network and outputs is not None else None
     if values is not None:
+        values = apply_link(values, outputs.link)
         dataset = xr.Dataset({"output": (("chain", "draw", *_dims("output", values)), values)})
     else:
         network = False

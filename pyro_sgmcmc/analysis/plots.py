@@ -21,6 +21,7 @@ import torch
 from matplotlib.figure import Figure
 
 from . import _arviz
+from .judged_outputs import apply_link
 from .metrics import expected_calibration_error
 
 if TYPE_CHECKING:
@@ -231,8 +232,13 @@ def _output_subset(idata: Any) -> Any:
     These are what a network's convergence is judged by (:mod:`~pyro_sgmcmc.analysis.diagnostics`):
     the worst of them show whether the chains agree on the predictions. Each is labelled
     ``f(x_i)`` by its test row ``i`` (and ``[k]`` by its output index when there are several).
+    A classifier's are its class probabilities, as its verdict judges them (the posterior's
+    attribute ``output_link``: :mod:`.judged_outputs`).
     """
     output = _arviz.get_group(idata, "predictions")["output"]
+    link = _output_link(idata)
+    if link is not None:
+        output = output.copy(data=apply_link(output.values, link))
     values = output.values
     flat = values.reshape(*values.shape[:2], -1)
     order = np.arange(flat.shape[-1])
@@ -246,6 +252,11 @@ def _output_subset(idata: Any) -> Any:
         label = f"f(x_{row})" + "".join(f"[{k}]" for k in shown)
         chosen[label] = flat[..., index]
     return _arviz.from_samples(chosen)
+
+
+def _output_link(idata: Any) -> str | None:
+    link = _arviz.get_group(idata, "posterior").attrs.get("output_link")
+    return None if link is None else str(link)
 
 
 def diagnostic_figure_names(method: str, outputs: bool = True) -> list[str]:
@@ -275,7 +286,8 @@ def diagnostic_figures(idata: Any, method: str, out: Path) -> list[str]:
         names = diagnostic_figure_names(method, outputs=has_outputs(idata))
         paths = _trace_and_rank(_trace_subset(idata), f"{method}: parameters", names[:2], out)
         if len(names) > 2:
-            what = f"{method}: outputs f(x) at the test inputs with the largest R-hat"
+            shown = "outputs f(x) (class probabilities)" if _output_link(idata) else "outputs f(x)"
+            what = f"{method}: {shown} at the test inputs with the largest R-hat"
             paths += _trace_and_rank(_output_subset(idata), what, names[2:], out)
         return paths
 
