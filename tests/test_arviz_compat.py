@@ -294,6 +294,10 @@ def test_concat_chains_renumbers_and_keeps_the_rest(exports):
     assert convergence_report(joined).num_chains == 2
     with pytest.raises(ValueError, match="two or more"):
         _arviz.concat_chains(idata)
+    # ArviZ 1.x's xarray would pad the shorter run with NaN (then "the chains do not move")
+    shorter = idata.isel(draw=slice(0, DRAWS - 3))
+    with pytest.raises(ValueError, match=rf"same number of draws.*got {DRAWS - 3}, {DRAWS}"):
+        _arviz.concat_chains(shorter, idata)
 
 
 def test_set_group_adds_and_replaces(exports, data):
@@ -308,6 +312,17 @@ def test_set_group_adds_and_replaces(exports, data):
     assert _arviz.group_names(idata).count("posterior") == 1
     with pytest.raises(KeyError, match="nope"):
         _arviz.get_group(idata, "nope")
+
+
+def test_trace_and_rank_figures_show_every_component_of_a_small_network():
+    """67 scalars (a 4-8-3 network's weights): ArviZ 1.x refuses more than 40 panels and 0.x
+    draws 40; the figures show all of them."""
+    idata = _arviz.from_samples({"w": np.random.default_rng(0).normal(size=(2, 50, 67))})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # 0.x's "generating only 40 plots"
+        trace, rank = _arviz.plot_trace(idata), _arviz.plot_rank(idata)
+    assert len([ax for ax in trace.axes if ax.get_visible()]) >= 2 * 67
+    assert len([ax for ax in rank.axes if ax.get_visible()]) >= 67  # 1.x leaves one more empty
 
 
 def test_figures_stay_out_of_pyplot(exports, tmp_path):
@@ -422,6 +437,9 @@ def test_from_draws_builds_the_installed_lines_object_from_arrays_and_tensors():
     assert {"ess_bulk", "r_hat"} <= set(table.columns)
     assert "slope" in table.index and table.shape[0] == 4
     assert convergence_report(idata, "derived").num_draws == 50
+    shape = r"must be shaped \(chain, draw, ...\), got shape \(10,\): one chain of draws is"
+    with pytest.raises(ValueError, match=rf"posterior variable 'a' {shape}"):
+        from_draws({"a": np.zeros(10)})
 
 
 def test_the_arviz_calls_the_tutorials_make_work_under_both_lines(exports):

@@ -129,6 +129,9 @@ def test_judge_names_the_statistic_furthest_from_its_bound():
     verdict = judge(1.001, 120.0, 300.0, 4)  # 100 per chain: 400 in all
     assert verdict.statistic == "bulk ESS" and verdict.longer == pytest.approx(400 / 120)
     assert str(verdict).endswith("bulk ESS 120 < 400, tail ESS 300 < 400; run about 4 times longer")
+    # a run short of its bound by a little is told so, not "2 times" (rounded up to tenths)
+    assert str(judge(1.0103, 900.0, 850.0, 4)).endswith("run about 1.1 times longer")
+    assert str(judge(1.001, 396.0, 850.0, 4)).endswith("run about 1.1 times longer")
     # a network is judged on its outputs, with the looser R-hat bound
     assert judge(1.03, 900.0, 900.0, 4, function_space=True).converged
     assert "R-hat of f(x) 1.080 > 1.05" in str(judge(1.08, 900.0, 900.0, 4, function_space=True))

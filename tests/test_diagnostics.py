@@ -207,7 +207,7 @@ def test_a_network_report_judges_its_outputs_and_names_any_other_choice():
     stuck = rng.normal(size=(2, 500)) + np.array([[0.0], [0.5]])
     idata = _arviz.from_samples(
         {"w": rng.normal(size=(2, 500, 3)), "sigma": stuck},
-        predictions={"output": rng.normal(size=(2, 500, 4))},
+        predictions={"output": rng.normal(size=(2, 500, 4)), "obs": stuck[..., None]},
         log_likelihood={"obs": stuck[..., None] + rng.normal(size=(2, 500, 5))},
     )
     idata["posterior"].attrs["function_space"] = 1  # as the export marks a network
@@ -225,9 +225,42 @@ def test_a_network_report_judges_its_outputs_and_names_any_other_choice():
     assert ll.verdict.basis == "log_likelihood" and ll.verdict.bound == RHAT_BOUND
     assert convergence_report(idata, group="log_likelihood", function_space=True).verdict.converged
     assert "R-hat of log_likelihood" in str(ll.verdict)
+    # the replicated observations beside the outputs are not f(x): named, the parameters' bound
+    observations = convergence_report(idata, group="predictions", var_names=["obs"]).verdict
+    assert (observations.basis, observations.bound) == ("predictions", RHAT_BOUND)
+    assert not observations.converged and "R-hat of predictions" in str(observations)
     explicit = convergence_report(idata, group="predictions", var_names=["output"])
     assert explicit.verdict == outputs.verdict
     assert convergence_report(idata, var_names=["output"]).verdict == outputs.verdict
+
+
+def test_misuse_of_the_report_is_refused_by_name(tmp_path):
+    rng = np.random.default_rng(0)
+    idata = _arviz.from_samples(
+        {"sigma": rng.normal(size=(2, 100)), "w": rng.normal(size=(2, 100))},
+        observed_data={"y": rng.normal(size=5)},
+    )
+    path = tmp_path / "run.nc"
+    _arviz.to_netcdf(idata, path)
+    posterior = idata["posterior"] if _arviz.ARVIZ_1 else idata.posterior
+    for wrong, message in [
+        (str(path), r"idata must be an .* got str; for a file, load it first"),
+        (posterior.to_dataset() if _arviz.ARVIZ_1 else posterior, "got Dataset"),
+        (rng.normal(size=(2, 100)), "got ndarray"),
+    ]:
+        with pytest.raises(TypeError, match=message):
+            convergence_report(wrong)
+    if _arviz.ARVIZ_1:  # one node of the tree, as az.thin(idata) returns it
+        with pytest.raises(TypeError, match="the group 'posterior' of a result, not the result"):
+            convergence_report(posterior)
+    with pytest.raises(ValueError, match=r"'observed_data' holds no draws.*\['posterior'\]"):
+        convergence_report(idata, group="observed_data")
+    with pytest.raises(ValueError, match="at least one variable"):
+        convergence_report(idata, var_names=[])
+    # a name alone, as ArviZ takes it
+    assert convergence_report(idata, var_names="sigma") == convergence_report(
+        idata, var_names=["sigma"]
+    )
 
 
 def test_report_on_another_group_and_bad_group():

@@ -70,6 +70,7 @@ __all__ = [
     "InferenceData",
     "Loo",
     "bfmi",
+    "check_result",
     "compare",
     "concat_chains",
     "ess",
@@ -184,6 +185,32 @@ def from_samples(posterior: Mapping[str, Any], **groups: Mapping[str, Any]) -> A
     return az.from_dict(**arrays)
 
 
+def check_result(idata: Any, argument: str = "idata") -> None:
+    """Refuse anything but a whole result: an ``arviz.InferenceData`` (ArviZ 0.x) or the root of
+    an ``xarray.DataTree`` (1.x), naming what was given instead.
+
+    Raises
+    ------
+    TypeError
+        For another type (a file's path: load it first), or for one group of a result.
+    """
+    expected = "an xarray.DataTree" if ARVIZ_1 else "an arviz.InferenceData"
+    if not isinstance(idata, xr.DataTree if ARVIZ_1 else az.InferenceData):
+        hint = ""
+        if isinstance(idata, (str, os.PathLike)):
+            hint = f"; for a file, load it first: {argument} = az.from_netcdf(path)"
+        raise TypeError(
+            f"{argument} must be {expected} (e.g. from to_inference_data), got "
+            f"{type(idata).__name__}{hint}"
+        )
+    if ARVIZ_1 and idata.parent is not None:
+        raise TypeError(
+            f"{argument} is the group {idata.name!r} of a result, not the result: pass the whole "
+            "tree (ArviZ 1.x's az.thin(idata) returns the posterior group alone; thin a result "
+            "with idata.isel(draw=slice(None, None, k)))"
+        )
+
+
 def group_names(idata: Any) -> list[str]:
     """The names of the groups of a result, in their order (``posterior`` first when present).
 
@@ -276,6 +303,13 @@ def concat_chains(*results: Any) -> Any:
     """
     if len(results) < 2:
         raise ValueError(f"concat_chains needs two or more results, got {len(results)}")
+    draws = [get_group(result, "posterior").sizes.get("draw") for result in results]
+    if len(set(draws)) > 1:  # ArviZ 1.x's xarray would pad the shorter with NaN
+        raise ValueError(
+            f"concat_chains needs the same number of draws per chain in every result, got "
+            f"{', '.join(map(str, draws))}: cut them to the shortest first, e.g. "
+            f"result.isel(draw=slice(0, {min(draws)}))"
+        )
     if not ARVIZ_1:
         return az.concat(*results, dim="chain")
     groups = {}
@@ -633,6 +667,13 @@ def _pyplot_off():
     return plt.ioff()
 
 
+def _subplots_for(count: int) -> Any:
+    """ArviZ's settings with room for ``count`` panels: ArviZ 1.x refuses more than its
+    ``plot.max_subplots`` (40), which a small network's weights exceed, and 0.x draws 40 of them."""
+    limit = max(int(az.rcParams["plot.max_subplots"] or 0), count)
+    return az.rc_context({"plot.max_subplots": limit})
+
+
 def plot_trace(
     idata: Any, var_names: Sequence[str] | None = None, figsize: tuple[float, float] | None = None
 ) -> Any:
@@ -652,7 +693,7 @@ def plot_trace(
         Not registered with pyplot: nothing is shown, nothing needs closing.
     """
     if ARVIZ_1:
-        with _pyplot_off():
+        with _pyplot_off(), _subplots_for(2 * _components(idata, var_names)):
             collection = az.plot_trace_dist(
                 _plottable(idata, ("posterior", "sample_stats")),
                 var_names=var_names,
@@ -665,9 +706,10 @@ def plot_trace(
     count = _components(idata, var_names)
     figure = Figure(figsize=figsize, layout="constrained")
     # ArviZ 0.x draws into the axes it is given: pyplot never sees the figure
-    az.plot_trace(
-        idata, var_names=var_names, compact=False, axes=figure.subplots(count, 2, squeeze=False)
-    )
+    with _subplots_for(2 * count):
+        az.plot_trace(
+            idata, var_names=var_names, compact=False, axes=figure.subplots(count, 2, squeeze=False)
+        )
     return figure
 
 
@@ -700,7 +742,7 @@ def plot_rank(
     count = _components(idata, var_names)
     columns = max(1, min(count, columns))
     if ARVIZ_1:
-        with _pyplot_off():
+        with _pyplot_off(), _subplots_for(count):
             collection = az.plot_rank(
                 _plottable(idata, ("posterior",)),
                 var_names=var_names,
@@ -715,7 +757,8 @@ def plot_rank(
     axes = figure.subplots(rows, columns, squeeze=False)
     for ax in axes.flat[count:]:
         ax.set_visible(False)
-    az.plot_rank(idata, var_names=var_names, ax=axes.flat[:count])
+    with _subplots_for(count):
+        az.plot_rank(idata, var_names=var_names, ax=axes.flat[:count])
     return figure
 
 

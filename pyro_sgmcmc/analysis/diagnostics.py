@@ -196,7 +196,9 @@ class Verdict:
                 f"spread about 1/{self.spread:,.0f} of the distance between the chains): run at "
                 f"least {math.ceil(self.longer):,} times longer"
             )
-        return f"not converged: {named}; run about {math.ceil(self.longer)} times longer"
+        # rounded up: to tenths below 2 (1.031 is "1.1 times", not "2 times"), else to units
+        longer = math.ceil(self.longer * 10) / 10 if self.longer < 2 else math.ceil(self.longer)
+        return f"not converged: {named}; run about {longer:g} times longer"
 
 
 #: A chain whose configurational temperature exceeds this many times its target by four
@@ -556,9 +558,10 @@ def convergence_report(
         that the report says the run's verdict. A group given by name is judged at every row.
     function_space:
         Judge the draws as a network's outputs (:data:`FUNCTION_RHAT_BOUND`). Default: the
-        ``function_space`` attribute the export records for networks, for the groups of
-        :data:`OUTPUT_GROUPS`; any other group (e.g. ``sigma`` in the posterior, or
-        ``log_likelihood``) is judged with the parameters' bounds and named in the verdict.
+        ``function_space`` attribute the export records for networks, for their outputs
+        ``output`` in the groups of :data:`OUTPUT_GROUPS`; any other variable or group (e.g.
+        ``sigma`` in the posterior, the replicated observations, or ``log_likelihood``) is
+        judged with the parameters' bounds and named in the verdict.
     min_ess:
         A total bulk and tail ESS to require beyond :data:`ESS_PER_CHAIN` per chain. Default:
         the ``target_ess`` attribute of the posterior (a ``run_chains(..., target_ess=...)``
@@ -568,16 +571,18 @@ def convergence_report(
     -------
     ConvergenceReport
     """
+    _arviz.check_result(idata)
     if not _arviz.has_group(idata, "posterior"):
         raise ValueError("idata must have a posterior group")
+    var_names = [var_names] if isinstance(var_names, str) else var_names  # as ArviZ takes it
     attrs = _arviz.get_group(idata, "posterior").attrs
     network = bool(attrs.get("function_space", False))
     at_judged_rows = group is None
     if group is None:
         group, var_names = _default_selection(idata, network, function_space, var_names)
-    if function_space is None:
-        function_space = network and group in OUTPUT_GROUPS
     dataset = _select(idata, group, var_names)
+    if function_space is None:  # a network's outputs, not its replicated observations
+        function_space = network and group in OUTPUT_GROUPS and set(dataset.data_vars) <= {"output"}
     if function_space and group in OUTPUT_GROUPS:  # at the rows and on the scale the run judged
         dataset = judged_outputs(dataset, attrs, at_judged_rows and group == "posterior_predictive")
     if wall_time is None:
@@ -683,8 +688,14 @@ def _select(idata: Any, group: str, var_names: Sequence[str] | None):
     if group not in names:
         raise ValueError(f"group must be one of {names}, got {group!r}")
     dataset = _arviz.get_group(idata, group)
+    if "chain" not in dataset.dims or "draw" not in dataset.dims:
+        drawn = [n for n in names if {"chain", "draw"} <= set(_arviz.get_group(idata, n).dims)]
+        raise ValueError(f"group {group!r} holds no draws (no chain and draw dimensions): "
+                         f"judge one of {drawn}")  # fmt: skip
     if var_names is None:
         return dataset
+    if not var_names:
+        raise ValueError("var_names must name at least one variable, got an empty list")
     missing = [v for v in var_names if v not in dataset.data_vars]
     if missing:
         raise ValueError(

@@ -353,4 +353,14 @@ def from_draws(posterior: Mapping[str, Any], **groups: Mapping[str, Any]) -> Any
     ('chain', 'draw')
     """
     as_arrays = {name: _numpy_dict(values) for name, values in groups.items()}
-    return _arviz.from_samples(_numpy_dict(posterior), **as_arrays)
+    draws = {"posterior": _numpy_dict(posterior), **as_arrays}
+    for group, variables in draws.items():
+        if group in ("observed_data", "constant_data", "predictions_constant_data"):
+            continue  # data: no chain and draw
+        for name, values in variables.items():
+            if values.ndim < 2:
+                raise ValueError(
+                    f"{group} variable {name!r} must be shaped (chain, draw, ...), got shape "
+                    f"{tuple(values.shape)}: one chain of draws is values[None]"
+                )
+    return _arviz.from_samples(**draws)
