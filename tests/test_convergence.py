@@ -132,6 +132,7 @@ def test_judge_names_the_statistic_furthest_from_its_bound():
     # a run short of its bound by a little is told so, not "2 times" (rounded up to tenths)
     assert str(judge(1.0103, 900.0, 850.0, 4)).endswith("run about 1.1 times longer")
     assert str(judge(1.001, 396.0, 850.0, 4)).endswith("run about 1.1 times longer")
+    assert str(judge(1.001, 400 / 1.1, 850.0, 4)).endswith("run about 1.1 times longer")
     # a network is judged on its outputs, with the looser R-hat bound
     assert judge(1.03, 900.0, 900.0, 4, function_space=True).converged
     assert "R-hat of f(x) 1.080 > 1.05" in str(judge(1.08, 900.0, 900.0, 4, function_space=True))

@@ -253,6 +253,9 @@ def test_misuse_of_the_report_is_refused_by_name(tmp_path):
     if _arviz.ARVIZ_1:  # one node of the tree, as az.thin(idata) returns it
         with pytest.raises(TypeError, match="the group 'posterior' of a result, not the result"):
             convergence_report(posterior)
+        # a whole result inside a larger tree is a result
+        nested = xr.DataTree(children={"sghmc": idata.copy()})
+        assert convergence_report(nested["sghmc"]) == convergence_report(idata)
     with pytest.raises(ValueError, match=r"'observed_data' holds no draws.*\['posterior'\]"):
         convergence_report(idata, group="observed_data")
     with pytest.raises(ValueError, match="at least one variable"):

@@ -74,6 +74,32 @@ def regression_model(x, y=None):
     return f
 
 
+def full_outputs_model(x, y=None):
+    """Outputs at every row, observations at the rows the plate draws (``f[idx]``)."""
+    f = _features(x)
+    with pyro.plate("data", len(x), subsample_size=16) as idx:
+        pyro.sample("obs", dist.Categorical(logits=f[idx]), obs=None if y is None else y[idx])
+    return f
+
+
+def uniform_probabilities_model(x, y=None):
+    """Returns its class probabilities, here uniform: a softmax leaves them as they are."""
+    p = torch.full((len(x), 3), 1.0 / 3.0) + 0.0 * pyro.sample("s", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", len(x)):
+        pyro.sample("obs", dist.Categorical(probs=p), obs=y)
+    return p
+
+
+def full_outputs_network(x, y=None):
+    """A 2-8-3 network computed at every row, observed at the plate's rows (idiom (b))."""
+    w1 = pyro.sample("w1", dist.Normal(0.0, 1.0).expand([2, 8]).to_event(2))
+    w2 = pyro.sample("w2", dist.Normal(0.0, 1.0).expand([8, 3]).to_event(2))
+    f = torch.tanh(x @ w1) @ w2
+    with pyro.plate("data", len(x)) as idx:
+        pyro.sample("obs", dist.Categorical(logits=f[idx]), obs=None if y is None else y[idx])
+    return f
+
+
 def hidden_features_model(x, y=None):
     """Returns features that are not the observation's logits (a softmax of them is not)."""
     f = _features(x)
@@ -92,6 +118,8 @@ def hidden_features_model(x, y=None):
         (bernoulli_model, Y2, "sigmoid"),
         (regression_model, Y2, None),
         (hidden_features_model, Y3, None),
+        (full_outputs_model, Y3, "softmax"),
+        (uniform_probabilities_model, Y3, None),
     ],
 )
 def test_the_link_is_the_one_under_which_the_outputs_give_the_observations_probabilities(
@@ -99,7 +127,7 @@ def test_the_link_is_the_one_under_which_the_outputs_give_the_observations_proba
 ):
     trace = poutine.trace(model).get_trace(X, y)
     assert output_link(trace) == link
-    draw = {"w": trace.nodes["w"]["value"]}
+    draw = {n: trace.nodes[n]["value"] for n in ("w", "s") if n in trace.nodes}
     assert traced_output_link(model, draw, (X, y), {}) == link
     assert traced_output_link(model, draw, (X,), {}) == link  # test inputs: no targets
 
@@ -134,23 +162,32 @@ def _classifier_export(link: str | None) -> object:
     posterior.attrs["function_space"] = 1
     if link is not None:
         posterior.attrs["output_link"] = link
-    predictions = xr.Dataset({"output": (("chain", "draw", "row", "class"), identified + shift)})
+    labels = rng.integers(0, 3, size=(4, 400, 6))  # replicated observations beside the outputs
+    predictions = xr.Dataset(
+        {
+            "output": (("chain", "draw", "row", "class"), identified + shift),
+            "obs": (("chain", "draw", "row"), labels),
+        }
+    )
     return _arviz.from_datasets({"posterior": posterior, "predictions": predictions})
 
 
 def test_a_report_judges_a_classifier_on_its_probabilities_not_on_its_logits():
     as_probabilities = convergence_report(_classifier_export("softmax"))
     assert as_probabilities.converged and as_probabilities.verdict.basis == "f(x)"
+    # the whole group, the observations with them: the outputs still as probabilities
+    whole_group = convergence_report(_classifier_export("softmax"), group="predictions")
+    assert whole_group.converged and whole_group.verdict.basis == "f(x)"
     as_logits = convergence_report(_classifier_export(None))
     assert not as_logits.converged and as_logits.max_rhat > 1.2
 
 
-def _classifier_run(**options):
-    model = BayesianMLP(2, [8], 3, likelihood="categorical")
+def _classifier_run(model=None, x=X, y=Y3, **options):
+    model = model or BayesianMLP(2, [8], 3, likelihood="categorical")
     kernel = SGHMC(model, batch_size=16, num_steps_per_sample=2, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplerWarning)
-        return run_chains(kernel, X, Y3, num_chains=2, num_samples=40, warmup_steps=60,
+        return run_chains(kernel, x, y, num_chains=2, num_samples=40, warmup_steps=60,
                           target_ess=None, **options)  # fmt: skip
 
 
@@ -189,3 +226,20 @@ def test_a_classifiers_run_export_report_and_arviz_judge_the_same_probabilities(
         shown = _arviz.get_group(_output_subset(idata), "posterior")
         values = np.concatenate([v.values.ravel() for v in shown.data_vars.values()])
         assert values.min() >= 0.0 and values.max() <= 1.0
+
+
+def test_a_network_computed_at_every_row_is_judged_on_probabilities_by_run_and_report():
+    """Idiom (b) (``f = net(x)`` at every row, ``obs=y[idx]`` with ``f[idx]``) on more rows than
+    the run judges (64): the run reads the link at the observed rows, as the export does."""
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(120, 2, generator=generator)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0.5).long()
+    result = _classifier_run(full_outputs_network, x, y)
+    assert result.verdict.basis == "f(x)" and len(result.judged_rows) == 64
+    idata = to_inference_data(result)
+    assert _arviz.get_group(idata, "posterior").attrs["output_link"] == "softmax"
+    report = convergence_report(idata)
+    reported = {"R-hat": report.max_rhat, "bulk ESS": report.min_ess_bulk,
+                "tail ESS": report.min_ess_tail}  # fmt: skip
+    run = _numbers(result.verdict)
+    assert {name: reported[name] for name in run} == pytest.approx(run, rel=1e-6)

@@ -203,7 +203,7 @@ def check_result(idata: Any, argument: str = "idata") -> None:
             f"{argument} must be {expected} (e.g. from to_inference_data), got "
             f"{type(idata).__name__}{hint}"
         )
-    if ARVIZ_1 and idata.parent is not None:
+    if ARVIZ_1 and idata.parent is not None and not idata.children:  # a result may be nested
         raise TypeError(
             f"{argument} is the group {idata.name!r} of a result, not the result: pass the whole "
             "tree (ArviZ 1.x's az.thin(idata) returns the posterior group alone; thin a result "
@@ -303,7 +303,8 @@ def concat_chains(*results: Any) -> Any:
     """
     if len(results) < 2:
         raise ValueError(f"concat_chains needs two or more results, got {len(results)}")
-    draws = [get_group(result, "posterior").sizes.get("draw") for result in results]
+    drawn = [n for n in group_names(results[0]) if "draw" in get_group(results[0], n).dims]
+    draws = [get_group(result, drawn[0]).sizes.get("draw") for result in results] if drawn else []
     if len(set(draws)) > 1:  # ArviZ 1.x's xarray would pad the shorter with NaN
         raise ValueError(
             f"concat_chains needs the same number of draws per chain in every result, got "

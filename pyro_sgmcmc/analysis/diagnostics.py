@@ -197,7 +197,8 @@ class Verdict:
                 f"least {math.ceil(self.longer):,} times longer"
             )
         # rounded up: to tenths below 2 (1.031 is "1.1 times", not "2 times"), else to units
-        longer = math.ceil(self.longer * 10) / 10 if self.longer < 2 else math.ceil(self.longer)
+        tenths = math.ceil(round(self.longer * 10, 9)) / 10  # round: 1.1 * 10 is 11.000...02
+        longer = tenths if self.longer < 2 else math.ceil(self.longer)
         return f"not converged: {named}; run about {longer:g} times longer"
 
 
@@ -559,9 +560,10 @@ def convergence_report(
     function_space:
         Judge the draws as a network's outputs (:data:`FUNCTION_RHAT_BOUND`). Default: the
         ``function_space`` attribute the export records for networks, for their outputs
-        ``output`` in the groups of :data:`OUTPUT_GROUPS`; any other variable or group (e.g.
-        ``sigma`` in the posterior, the replicated observations, or ``log_likelihood``) is
-        judged with the parameters' bounds and named in the verdict.
+        ``output`` in the groups of :data:`OUTPUT_GROUPS` (with any variable named beside them);
+        any other selection (e.g. ``sigma`` in the posterior, the replicated observations
+        alone, or ``log_likelihood``) is judged with the parameters' bounds and named in the
+        verdict.
     min_ess:
         A total bulk and tail ESS to require beyond :data:`ESS_PER_CHAIN` per chain. Default:
         the ``target_ess`` attribute of the posterior (a ``run_chains(..., target_ess=...)``
@@ -581,8 +583,8 @@ def convergence_report(
     if group is None:
         group, var_names = _default_selection(idata, network, function_space, var_names)
     dataset = _select(idata, group, var_names)
-    if function_space is None:  # a network's outputs, not its replicated observations
-        function_space = network and group in OUTPUT_GROUPS and set(dataset.data_vars) <= {"output"}
+    if function_space is None:  # a network's outputs; its replicated observations alone are not
+        function_space = network and group in OUTPUT_GROUPS and "output" in dataset.data_vars
     if function_space and group in OUTPUT_GROUPS:  # at the rows and on the scale the run judged
         dataset = judged_outputs(dataset, attrs, at_judged_rows and group == "posterior_predictive")
     if wall_time is None:

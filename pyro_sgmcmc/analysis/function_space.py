@@ -178,7 +178,7 @@ class HeldOutOutputDraws:
         starting points) and keep nothing: a test set the model fails on (dtype, device, values
         outside the likelihood's support) raises the export's ``ValueError`` naming ``test``
         before a run rather than after it."""
-        self._outputs({name: value.unsqueeze(1) for name, value in draw.items()})
+        self._outputs({name: value.unsqueeze(1) for name, value in draw.items()}, read_link=False)
 
     def __call__(self, samples: Mapping[str, torch.Tensor]) -> np.ndarray | None:
         """``(C, S, rows, ...)`` outputs for constrained ``samples`` ``(C, S, ...)`` per site
@@ -197,8 +197,11 @@ class HeldOutOutputDraws:
             return None
         return np.stack(self.values[:num_draws], axis=1)
 
-    def _outputs(self, samples: Mapping[str, torch.Tensor]) -> np.ndarray | None:
-        """The export's test pass over ``samples`` ``(C, S, ...)``: ``(C, S, rows, ...)``."""
+    def _outputs(
+        self, samples: Mapping[str, torch.Tensor], read_link: bool = True
+    ) -> np.ndarray | None:
+        """The export's test pass over ``samples`` ``(C, S, ...)``: ``(C, S, rows, ...)``; with
+        ``read_link``, the link read from the first of them (a draw, not a starting point)."""
         num_chains, num_draws = next(iter(samples.values())).shape[:2]
         devices = {t.device for t in self.test if isinstance(t, torch.Tensor)}
         cuda = [device for device in devices if device.type == "cuda"]
@@ -206,7 +209,7 @@ class HeldOutOutputDraws:
             traced = _test_pass(self.model, samples, self.test, self.test_kwargs, self.args,
                                 plate_name=self.plate_name, chunk_size=None,
                                 read_output=True)  # fmt: skip
-            if not self._link_read:  # the test set checked by the pass: trace one draw
+            if read_link and not self._link_read:  # the test set checked by the pass
                 first = {name: value[0, 0] for name, value in samples.items()}
                 self.link = traced_output_link(self.model, first, self.test, self.test_kwargs)
                 self._link_read = True

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 import xarray as xr
 from pyro import poutine
+from pyro.poutine.subsample_messenger import _Subsample
 
 from .export_trace import _WRAPPERS, OUTPUT, returned_output
 
@@ -65,16 +66,29 @@ def output_link(trace: poutine.Trace, latents: Collection[str] = ()) -> str | No
     output = site["value"] if site is not None else returned_output(trace, latents)
     if not isinstance(output, torch.Tensor) or not output.is_floating_point() or not output.numel():
         return None
-    output = output.detach()
+    candidates = _at_observed_rows(trace, output.detach())
     for name, node in trace.nodes.items():
         if node["type"] != "sample" or name in latents:  # observed, or drawn (test inputs)
             continue
         if node["infer"].get("_deterministic", False):
             continue
-        link = _link_of(node["fn"], output)
-        if link is not None:
-            return link
+        for candidate in candidates:
+            link = _link_of(node["fn"], candidate)
+            if link is not None:
+                return link
     return None
+
+
+def _at_observed_rows(trace: poutine.Trace, output: torch.Tensor) -> list[torch.Tensor]:
+    """``output`` as it is and, where it holds every row while a plate of the trace draws some
+    (``f = net(x)`` then ``obs=y[idx]`` with ``f[idx]``), at each plate's rows."""
+    candidates = [output]
+    for node in trace.nodes.values():
+        rows = node["value"] if isinstance(node.get("fn"), _Subsample) else None
+        if isinstance(rows, torch.Tensor) and rows.dim() == 1 and rows.numel() and output.dim():
+            if len(rows) < output.shape[0] and int(rows.max()) < output.shape[0]:
+                candidates.append(output.index_select(0, rows.to(output.device)))
+    return candidates
 
 
 def _link_of(fn: Any, output: torch.Tensor) -> str | None:
@@ -93,10 +107,15 @@ def _link_of(fn: Any, output: torch.Tensor) -> str | None:
         return None
     if link == "softmax" and probs.shape[-1:] != candidate.shape[-1:]:  # the classes
         return None
-    same = torch.allclose(
-        candidate.reshape(probs.shape).double(), probs.double(), rtol=1e-4, atol=1e-6
+    if _close(output, probs):  # the outputs are the probabilities (e.g. uniform ones)
+        return None
+    return link if _close(candidate, probs) else None
+
+
+def _close(values: torch.Tensor, probs: torch.Tensor) -> bool:
+    return torch.allclose(
+        values.reshape(probs.shape).double(), probs.double(), rtol=1e-4, atol=1e-6
     )
-    return link if same else None
 
 
 def traced_output_link(
