@@ -386,17 +386,18 @@ display(table)
 # does that for a noise image: in the right panel of the histograms above every noise image lies
 # to the right of the dashed line at 0.2. The sigmoid network has only ever seen clothes, and it
 # maps uniform noise to a few classes with confidence. Averaging over the posterior tempers that
-# only in part: in this run the samplers put most noise images between 0.75 and 1, SVI between
-# 0.65 and 0.85 and the MAP fit between 0.35 and 0.6; Constant SGD stays lowest (mostly 0.25 to
-# 0.4), as it is unsure of many test images too (left panel). A refusal at 0.2 is thus no
+# only in part: in this run the samplers put most noise images between 0.75 and 1, the MAP fit
+# between 0.65 and 0.85 and SVI between 0.4 and 0.65; Constant SGD stays lowest (mostly 0.25 to
+# 0.35), as it is unsure of many test images too (left panel). A refusal at 0.2 is thus no
 # test of whether these models know what they do not know; tutorial 7 sweeps the cut-off for a
 # convolutional network, where a higher one refuses most noise images at the price of some test
 # images.
 #
-# **The sampler messages.** Each sampler judges its chain on the network's outputs $f(x)$, and all
-# three printed a `not converged` message under the fits: in 200 kept draws the bulk ESS of $f(x)$
-# is 1 for SGHMC and SGLD and 2 for Constant SGD, where 100 is asked for (by their own estimate
-# they would need a run 62 to 74 times longer). The precision draws above show the
+# **The sampler messages.** Each sampler judges its chain on the network's outputs $f(x)$ (for a
+# classifier, its class probabilities, the softmax of the logits), and all three printed a
+# `not converged` message under the fits: in 200 kept draws the bulk ESS of $f(x)$ is 1 for
+# SGHMC and SGLD and 23 for Constant SGD, where 100 is asked for (by their own estimate they
+# would need a run about 74 and 5 times longer). The precision draws above show the
 # reason, and SGHMC's and SGLD's first messages say it too: the $\lambda$ of the first layer is
 # still trending down at the end of the run (its mean over the last quarter of the kept draws
 # lies 80 to 100 draw-to-draw fluctuations from that over the first quarter), so the chains

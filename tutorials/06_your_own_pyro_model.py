@@ -360,7 +360,7 @@ if SMOKE:
 display(table)
 
 # %% [markdown]
-# The column "noise refused" is at most 0.004 (2 of 500 images) for every method. The
+# The column "noise refused" is at most 0.002 (1 of 500 images) for every method. The
 # networks do set noise apart from digits: in the right panel above, the largest predictive
 # probability of a noise image lies mostly between 0.2 and 0.6, while most test images get more
 # than 0.9 (middle panel). But with ten classes the largest probability is never below 0.1, and
@@ -498,17 +498,17 @@ display(pd.DataFrame(nuts_rows).set_index("method"))
 # network: with 22 steps between draws on the full data, the `run_chains` diagnostics above gave
 # the test log-likelihood a bulk ESS of 115 over 1200 draws. So SGHMC's 200 draws here are
 # likely to be strongly correlated and to cover less of the posterior than NUTS's; its lower
-# accuracy (0.889 against 0.922) and higher NLL (0.408 against 0.388) are what its few seconds
-# buy. Its lower ECE (0.127 against 0.161) says that its predictive is a little better
+# accuracy (0.897 against 0.933) and higher NLL (0.410 against 0.380) are what its few seconds
+# buy. Its lower ECE (0.135 against 0.177) says that its predictive is a little better
 # calibrated in this run, not that it explored more. A like-for-like comparison would give
 # SGHMC NUTS's time (more steps per draw, more draws, or several chains with `run_chains`); this
 # notebook does not run one.
 #
-# NUTS's mean acceptance of 0.99 is not a sign of good mixing. Pyro's NUTS adapts its step size
-# during warm-up towards an acceptance of 0.8 (`target_accept_prob=0.8`); 0.99 says that the
-# step it kept is smaller than that target asks for, so that each leapfrog step moves less and
-# a trajectory cut off at depth 6 covers less ground. NUTS ran a single chain, so the table
-# has no $\hat R$ to say whether it converged: its 0.922 is a reference for this subset, not
+# NUTS's mean acceptance of 1.00 (rounded) is not a sign of good mixing. Pyro's NUTS adapts its
+# step size during warm-up towards an acceptance of 0.8 (`target_accept_prob=0.8`); an acceptance
+# this near 1 says that the step it kept is smaller than that target asks for, so that each
+# leapfrog step moves less and a trajectory cut off at depth 6 covers less ground. NUTS ran a single chain, so the table
+# has no $\hat R$ to say whether it converged: its 0.933 is a reference for this subset, not
 # the posterior's accuracy.
 #
 # The last cell prints how long this whole notebook took to execute, from its first cell to its

@@ -378,8 +378,8 @@ fig.tight_layout()
 # them, and the accuracy on the test images that are kept.
 #
 # The two SGHMC runs differ most here. At a cut-off of 0.8 SVI refuses nearly every noise image
-# and the hand-stepped run four in five; the defaults' run gives most noise images a largest
-# probability above 0.8 and refuses only about one in eight, although on the test images it is
+# and the hand-stepped run three in four; the defaults' run gives most noise images a largest
+# probability above 0.8 and refuses only about one in three, although on the test images it is
 # as well calibrated as the others (its ECE). What in its draws sends noise to one class so
 # confidently was not traced here; the confidence of a model average is a weak test for inputs
 # unlike the training data, whichever sampler made it.
