@@ -507,9 +507,9 @@ display(pd.DataFrame(nuts_rows).set_index("method"))
 # NUTS's mean acceptance of 1.00 (rounded) is not a sign of good mixing. Pyro's NUTS adapts its
 # step size during warm-up towards an acceptance of 0.8 (`target_accept_prob=0.8`); an acceptance
 # this near 1 says that the step it kept is smaller than that target asks for, so that each
-# leapfrog step moves less and a trajectory cut off at depth 6 covers less ground. NUTS ran a single chain, so the table
-# has no $\hat R$ to say whether it converged: its 0.933 is a reference for this subset, not
-# the posterior's accuracy.
+# leapfrog step moves less and a trajectory cut off at depth 6 covers less ground. NUTS ran a
+# single chain, so the table has no $\hat R$ to say whether it converged: its 0.933 is a
+# reference for this subset, not the posterior's accuracy.
 #
 # The last cell prints how long this whole notebook took to execute, from its first cell to its
 # last. The outputs shown here come from a full-mode run on a shared two-core CPU machine, often
