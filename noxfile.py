@@ -55,6 +55,7 @@ ARVIZ_TESTS = (
     "tests/test_arviz_compat.py",
     "tests/test_export.py",
     "tests/test_export_checks.py",
+    "tests/test_export_plates.py",
     "tests/test_diagnostics.py",
     "tests/test_judged_outputs.py",
     "tests/test_rank_diagnostics.py",

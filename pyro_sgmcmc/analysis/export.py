@@ -154,7 +154,7 @@ def to_inference_data(
     wall_time: float | None = None,
     log_likelihood: bool = True,
     posterior_predictive: bool = True,
-    plate_name: str = "data",
+    plate_name: str | None = None,
     chunk_size: int | None = None,
     use_fast_path: bool = True,
     seed: int | None = 0,
@@ -200,7 +200,10 @@ def to_inference_data(
     log_likelihood, posterior_predictive:
         Whether to compute those groups (one model trace per draw and row chunk).
     plate_name:
-        Name of the data plate; also the name of the observation dimension.
+        Name of the data plate; also the name of the observation dimension. ``None`` (default):
+        the plate the run subsampled (the ``subsample_plate`` of this package's kernels, in
+        ``MCMC`` or :func:`~pyro_sgmcmc.run_chains`; ``fit_svi``'s ``plate_name``), and
+        ``"data"`` for other sources (NUTS, HMC).
     chunk_size:
         Rows of the data plate per trace (``None``: all at once); bounds memory for large data.
         Works for models that index their data with the plate's indices and for models that size
@@ -211,8 +214,9 @@ def to_inference_data(
         Seed of the predictive draws (and of the SVI guide draws); ``None`` uses torch's global
         generator. The global generator's state is left untouched otherwise.
     dims:
-        Dimension names (without ``chain``/``draw``) per variable, overriding the defaults
-        ``<name>_dim_<k>`` and ``plate_name`` for the plate axis: for a site, in every group
+        Dimension names (without ``chain``/``draw``) per variable, overriding the defaults:
+        ``plate_name`` for the rows, another plate's name for the axes it spans (not where it
+        subsamples), ``<name>_dim_<k>`` for the rest. For a site, in every group
         that holds it (an observed site's ``log_likelihood`` takes the leading names, its event
         dimensions being summed there), and for a model argument by its parameter name (e.g.
         ``{"obs": ["row"], "x": ["row", "feature"]}``), in ``constant_data`` and

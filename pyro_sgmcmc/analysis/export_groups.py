@@ -71,7 +71,7 @@ def build_groups(
     wall_time: float | None = None,
     log_likelihood: bool = True,
     posterior_predictive: bool = True,
-    plate_name: str = "data",
+    plate_name: str | None = None,
     chunk_size: int | None = None,
     use_fast_path: bool = True,
     seed: int | None = 0,
@@ -113,9 +113,10 @@ def build_groups(
             f"result with the attributes {', '.join(CHAINS_SOURCE_ATTRIBUTES)}; got "
             f"{type(source).__name__}"
         )
+    if plate_name is None:  # the plate the run subsampled, or the contract's default name
+        plate_name = run.plate_name or "data"
     inputs = _inputs(run, model, test, test_kwargs, plate_name, check_model)
     attrs = _posterior_attrs(run, inputs, run.wall_time if wall_time is None else wall_time)
-    groups = {"posterior": _dataset(_numpy_dict(inputs.samples), ("chain", "draw"), dims, attrs)}
     train, test_pass = _trace_passes(
         inputs,
         seed=seed,
@@ -125,6 +126,8 @@ def build_groups(
         log_joint=isinstance(source, SVIResult),
         use_fast_path=use_fast_path,
     )
+    posterior = _numpy_dict(inputs.samples)
+    groups = {"posterior": _dataset(posterior, ("chain", "draw"), dims, attrs, train.plate_axes)}
     groups.update(
         _draw_groups(inputs, train, run.stats, attrs, dims, log_likelihood, posterior_predictive)
     )
@@ -145,8 +148,8 @@ def _checked_options(
     check_model: Any,
 ) -> tuple[int | None, int | None]:
     """Refuse invalid options of :func:`build_groups`; return ``chunk_size`` and ``seed``."""
-    if not isinstance(plate_name, str) or not plate_name:
-        raise ValueError(f"plate_name must be a non-empty string, got {plate_name!r}")
+    if plate_name is not None and (not isinstance(plate_name, str) or not plate_name):
+        raise ValueError(f"plate_name must be a non-empty string or None, got {plate_name!r}")
     if chunk_size is not None:
         chunk_size = check_positive_int("chunk_size", chunk_size)
     if seed is not None:
@@ -353,7 +356,7 @@ def _draw_groups(
             {name: {0: plate_name} for name in values}, {name: 0 for name in values},
         )  # fmt: skip
     if posterior_predictive:
-        axis_names = _axis_names(train.plate_axis, plate_name)
+        axis_names = _axis_names(train.plate_axis, plate_name, train.plate_axes)
         values = _draws_arrays(train.predictive, num_chains, num_draws)
         groups["posterior_predictive"] = rows.dataset(
             values, ("chain", "draw"), dims, attrs, axis_names
@@ -424,7 +427,7 @@ def _data_groups(
     else:
         # the observed values come from the trace pass, which the fast path alone skips
         observed = _observed_values(inputs.model, inputs.samples, inputs.args, inputs.kwargs)
-    axis_names = _axis_names(train.plate_axis, inputs.plate_name)
+    axis_names = _axis_names(train.plate_axis, inputs.plate_name, train.plate_axes)
     rows = _ObservedRows(train, inputs.plate_name)
     groups = {"observed_data": rows.dataset(observed, (), dims, {}, axis_names)}
     constant = _arguments_dataset(inputs, inputs.args, inputs.kwargs, dims, observed.values())
@@ -438,7 +441,7 @@ def _prediction_groups(
 ) -> dict[str, xr.Dataset]:
     """``predictions`` and ``predictions_constant_data``: the groups of the test set."""
     num_chains, num_draws = inputs.shape
-    axis_names = _axis_names(test_pass.plate_axis, inputs.plate_name)
+    axis_names = _axis_names(test_pass.plate_axis, inputs.plate_name, test_pass.plate_axes)
     groups = {
         "predictions": _draws_dataset(
             test_pass.predictive, num_chains, num_draws, dims, attrs, axis_names

@@ -49,6 +49,8 @@ class _Source:
     fitted prior or parameters (``chain_models``) and the ``svi_loss`` group
     (``extra_groups``). ``params`` are the model's own parameters as an SG-MCMC run held them
     (:mod:`pyro_sgmcmc.models.model_params`), ``None`` where the source does not record them.
+    ``plate_name`` is the data plate the run subsampled (an SG-MCMC kernel's
+    ``subsample_plate``, ``fit_svi``'s ``plate_name``), ``None`` where the source does not say.
     """
 
     samples: TensorDict
@@ -61,6 +63,7 @@ class _Source:
     chain_models: list[Callable[..., Any]] | None = None
     extra_groups: dict[str, xr.Dataset] = field(default_factory=dict)
     params: TensorDict | None = None
+    plate_name: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,8 +120,9 @@ def _mcmc_source(
     if "divergences" in diagnostics:
         divergences = _per_chain(diagnostics, "divergences", num_chains)
         stats["diverging"] = _diverging(divergences, num_draws)
-    wall_time = None
+    wall_time, plate_name = None, None
     if isinstance(kernel, StochasticGradientKernel):
+        plate_name = kernel.settings.subsample_plate
         _add_sgmcmc_stats(diagnostics, num_chains, stats, attrs)
         rows, of_rows = kernel.judged_rows  # those of the end-of-run warning
         if rows:
@@ -144,7 +148,8 @@ def _mcmc_source(
         "the MCMC run",
     )  # fmt: skip
     params = getattr(kernel, "model_params", None)
-    return _Source(samples, stats, attrs, kernel.model, args, kwargs, wall_time, params=params)
+    return _Source(samples, stats, attrs, kernel.model, args, kwargs, wall_time, params=params,
+                   plate_name=plate_name)  # fmt: skip
 
 
 def _sgmcmc_sampling_time(
@@ -268,6 +273,7 @@ def _svi_source(
         wall_time=fits.wall_time,
         chain_models=chain_models,
         extra_groups={"svi_loss": loss},
+        plate_name=fits.plate_name,
     )
 
 
@@ -295,7 +301,9 @@ def _chains_source(source: Any, args: tuple, kwargs: dict[str, Any]) -> _Source:
     args, kwargs = _fitted_or_checked(source.model, args, kwargs, source.args, source.kwargs,
                                       fit)  # fmt: skip
     params = getattr(source, "model_params", None)
-    return _Source(dict(samples), stats, attrs, source.model, args, kwargs, params=params)
+    plate_name = getattr(source, "plate_name", None)
+    return _Source(dict(samples), stats, attrs, source.model, args, kwargs, params=params,
+                   plate_name=plate_name if isinstance(plate_name, str) else None)  # fmt: skip
 
 
 def _chain_draw_shape(samples: Any) -> tuple[int, ...]:

@@ -28,7 +28,7 @@ from ..models.structure import MissingPlateError, plate_chunks, plate_frame, row
 from .export_checks import _check_finite, _check_support, _check_test_like_training, _DataError
 from .export_xarray import _numpy
 
-__all__ = ["OUTPUT", "location", "returned_output"]
+__all__ = ["OUTPUT", "location", "plate_axes", "returned_output"]
 
 #: The variable of ``posterior_predictive`` and ``predictions`` holding a model's outputs
 #: (its return value, or its own site of that name): what networks are judged on.
@@ -141,6 +141,8 @@ class _Pass:
         self.log_joint: list[float] = []
         self.observed: dict[str, np.ndarray] = {}
         self.plate_axis: dict[str, int | None] = {}
+        # site -> {axis: plate} for the other plates its value spans (read on the first trace)
+        self.plate_axes: dict[str, dict[int, str]] = {}
         # observed site -> (rows,) whether each row is in its likelihood, for the sites of which
         # poutine.mask leaves rows out (read on the first draw)
         self.observed_rows: dict[str, np.ndarray] = {}
@@ -402,12 +404,38 @@ def _run_pass(
                     trace = _trace_rows(chain_model, plate, latents, args, kwargs, rows)
                     keep = None if rows is None else len(rows)
                     parts.read(trace, latents, plate_name, wants, k, keep, result.plate_axis)
+                    if parts.first_draw and k == 0:
+                        result.plate_axes = plate_axes(trace, plate_name)
             parts.store(result, want_log_joint)
     if fast and "__single__" in result.log_likelihood:
         _name_the_single_log_likelihood(result, model, first, args, kwargs, plate_name)
     if want_log_likelihood and not result.log_likelihood:
         raise ValueError("the model has no observed site: there is no log-likelihood to export")
     return result
+
+
+def plate_axes(trace: poutine.Trace, plate_name: str) -> dict[str, dict[int, str]]:
+    """Per sample site of ``trace``, the axes of its value that a plate other than the data plate
+    ``plate_name`` spans, named after that plate: ``{site: {axis: plate}}``, as NumPyro's ArviZ
+    converter names them. A plate that subsamples and an axis along which the value is
+    broadcast (not of the plate's size) name nothing (the axis keeps ``<site>_dim_<k>``); nor do
+    plates named ``chain`` or ``draw``. (Pyro refuses two plates of one name.)"""
+    axes: dict[str, dict[int, str]] = {}
+    for name, site in trace.nodes.items():
+        value, fn = site.get("value"), site.get("fn")
+        if site["type"] != "sample" or site_is_subsample(site) or fn is None:
+            continue
+        batch = len(fn.batch_shape)
+        if not isinstance(value, torch.Tensor) or value.dim() != batch + len(fn.event_shape):
+            continue
+        for frame in site["cond_indep_stack"]:
+            if frame.name in (plate_name, "chain", "draw") or frame.dim is None:
+                continue
+            axis = batch + frame.dim
+            full = frame.size if frame.full_size is None else frame.full_size
+            if axis >= 0 and frame.size == full and value.shape[axis] == full:
+                axes.setdefault(name, {})[axis] = frame.name
+    return axes
 
 
 def _trace_rows(model, plate, latents, args, kwargs, rows) -> Any:

@@ -2,9 +2,10 @@
 
 The lowest layer of the export (:mod:`pyro_sgmcmc.analysis.export`): every group of the result is
 built here from NumPy arrays, with ``chain``/``draw`` leading dimensions where the variable has
-draws, ``<name>_dim_<k>`` for the other dimensions unless ``dims`` names them, and the data plate's
-name on the axis of the rows. It also names a model's positional arguments (for ``constant_data``
-and for error messages). It imports nothing from the rest of the export.
+draws, ``<name>_dim_<k>`` for the other dimensions unless ``dims`` names them or a plate spans
+them (the plate's name; the data plate's on the axis of the rows). It also names a model's
+positional arguments (for ``constant_data`` and for error messages). It imports nothing from
+the rest of the export.
 """
 
 from __future__ import annotations
@@ -108,8 +109,18 @@ def _reshape_draws(
     return stacked.reshape((num_chains, num_draws, *stacked.shape[1:]))
 
 
-def _axis_names(plate_axis: Mapping[str, int | None], dim_name: str) -> dict[str, dict[int, str]]:
-    return {name: {axis: dim_name} for name, axis in plate_axis.items() if axis is not None}
+def _axis_names(
+    plate_axis: Mapping[str, int | None],
+    dim_name: str,
+    other_plates: Mapping[str, Mapping[int, str]] | None = None,
+) -> dict[str, dict[int, str]]:
+    """Per variable, its axes named after plates: the data plate's axis ``plate_axis[name]``
+    named ``dim_name``, and the axes of ``other_plates[name]`` after their plates."""
+    names = {name: dict(axes) for name, axes in (other_plates or {}).items()}
+    for name, axis in plate_axis.items():
+        if axis is not None:
+            names.setdefault(name, {})[axis] = dim_name
+    return names
 
 
 def _leading_plate_axis(

@@ -48,12 +48,7 @@ from .._validation import (
     check_options_not_model_parameters,
     check_positive_int,
 )
-from ..analysis.diagnostics import (
-    Verdict,
-    advice,
-    temperature_attrs,
-    with_temperatures,
-)
+from ..analysis.diagnostics import Verdict, advice, temperature_attrs, with_temperatures
 from ..analysis.export_checks import checked_test_set
 from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, judged_training_rows
 from ..engine.build import PreparedChains, prepare_chains
@@ -145,6 +140,8 @@ class VectorizedResult:
         which a network was judged, or ``None``. The export stores the predictions there unless
         it is given another ``test``, so that :func:`~pyro_sgmcmc.convergence_report` of the
         export judges what the run judged.
+    plate_name:
+        The data plate the run subsampled (the kernel's ``subsample_plate``), the export's too.
     """
 
     samples: dict[str, torch.Tensor]
@@ -163,6 +160,7 @@ class VectorizedResult:
     target_ess: float | None = None
     chain_reports: tuple[dict[str, Any], ...] = field(default=(), repr=False)
     test_set: tuple[tuple, dict[str, Any]] | None = field(default=None, repr=False)
+    plate_name: str = field(default="data", repr=False)
     model: Any = field(default=None, repr=False)
     model_params: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     args: tuple = field(default=(), repr=False)
@@ -792,6 +790,7 @@ def _result(
         chain_reports=tuple(sampling_report(engine, c) for c in range(engine.num_chains)),
         model=kernel.model,
         model_params=param_values(chains.structure.trace),
+        plate_name=kernel.settings.subsample_plate,
         args=tuple(args),
         kwargs=dict(kwargs),
     )
