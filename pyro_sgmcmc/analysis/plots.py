@@ -21,7 +21,7 @@ import torch
 from matplotlib.figure import Figure
 
 from . import _arviz
-from .judged_outputs import apply_link
+from .judged_outputs import judged_outputs
 from .metrics import expected_calibration_error
 
 if TYPE_CHECKING:
@@ -235,10 +235,9 @@ def _output_subset(idata: Any) -> Any:
     A classifier's are its class probabilities, as its verdict judges them (the posterior's
     attribute ``output_link``: :mod:`.judged_outputs`).
     """
-    output = _arviz.get_group(idata, "predictions")["output"]
-    link = _output_link(idata)
-    if link is not None:
-        output = output.copy(data=apply_link(output.values, link))
+    attrs = _arviz.get_group(idata, "posterior").attrs
+    predictions = _arviz.get_group(idata, "predictions")[["output"]]
+    output = judged_outputs(predictions, attrs, at_judged_rows=False)["output"]
     values = output.values
     flat = values.reshape(*values.shape[:2], -1)
     order = np.arange(flat.shape[-1])
