@@ -289,6 +289,25 @@ def test_one_rank_is_bit_identical_to_no_group(one_rank):
             assert torch.equal(distributed[key], expected), (name, key)
 
 
+def test_a_data_parallel_network_chooses_its_thinning_as_one_process(one_rank):
+    """The adaptive warm-up measures a network's thinning on the potential at fixed rows, which
+    the data-parallel wrapper once did not expose (``AttributeError`` on the first step of the
+    measurement, in ``run_chains`` and in the CLI's ``--distributed data``)."""
+
+    def run(data_parallel: bool):
+        model, data = scenarios.mlp_data()
+        kernel = SGHMC(model, batch_size=10, seed=0, data_parallel=data_parallel)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return run_chains(kernel, *data, num_chains=1, num_samples=5, warmup_steps=10)
+
+    parallel, plain = run(True), run(False)
+    assert parallel.chain_reports[0]["num_steps_per_sample"] >= 1
+    assert parallel.chain_reports == plain.chain_reports
+    for name, value in plain.samples.items():
+        assert torch.equal(parallel.samples[name], value), name
+
+
 def test_data_parallel_refuses_mixing_and_other_world_sizes(one_rank, tmp_path):
     model, data = scenarios.mlp_data()
     kernel = SGHMC(model, step_size=1e-3, batch_size=10, data_parallel=True)

@@ -385,6 +385,12 @@ class DataParallelGradient:
         """The control-variate centre of the wrapped estimator (``None`` without one)."""
         return getattr(self.inner, "centre", None)
 
+    @property
+    def potential(self) -> Any:
+        """The wrapped estimator's potential (whose ``value_and_grad`` a network's thinning
+        measurement evaluates on fixed rows, on every rank alike)."""
+        return self.inner.potential
+
     def refresh(self, fixed: Mapping[str, torch.Tensor]) -> None:
         """After a Gibbs step: the wrapped estimator's refresh, on every rank alike."""
         self.inner.refresh(fixed)
