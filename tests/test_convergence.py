@@ -7,6 +7,7 @@ bounds of the verdict are Vehtari et al. (2021)'s, in :mod:`pyro_sgmcmc.analysis
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import multiprocessing
@@ -43,6 +44,7 @@ from pyro_sgmcmc import (
     to_inference_data,
 )
 from pyro_sgmcmc.analysis._arviz import has_group
+from pyro_sgmcmc.analysis.advice import advice, frozen_advice, network_advice, stuck_advice
 from pyro_sgmcmc.analysis.diagnostics import (
     COLD_BOUND,
     ESS_PER_CHAIN,
@@ -52,14 +54,10 @@ from pyro_sgmcmc.analysis.diagnostics import (
     ONE_CHAIN,
     RHAT_BOUND,
     Verdict,
-    advice,
     convergence_report,
-    frozen_advice,
     hot_chains,
     judge,
-    network_advice,
     rhat_text,
-    stuck_advice,
     with_hot_chains,
     with_temperatures,
 )
@@ -69,6 +67,11 @@ from pyro_sgmcmc.dynamics.registry import SGHMCOptions, SGLDOptions
 from pyro_sgmcmc.engine import build
 from pyro_sgmcmc.engine import engine as engine_module
 from pyro_sgmcmc.engine.adaptation import AdaptiveControl
+from pyro_sgmcmc.engine.report import (
+    draws_closer_than_mixing,
+    measurement_advice,
+    unconverged_advice,
+)
 from pyro_sgmcmc.engine.thinning import (
     LONGEST_WARMUP,
     MAX_THINNING,
@@ -363,6 +366,42 @@ def test_chains_far_apart_are_told_a_longer_run_may_not_cure_them():
     assert "each chain of a network usually explores its own region" in stuck_advice(network)
     assert advice("sgld", network) == network_advice("sgld", network) + stuck_advice(network)
     assert stuck_advice(judge(1.3, 5.0, 5.0, 4, function_space=True)) == ""
+    # chains whose kept draws are closer than their autocorrelation time: R-hat this large is
+    # what slow chains give, and the advice says only how to tell stuck chains from them
+    slow = stuck_advice(judge(1.2, 46.0, 91.0, 4), slow_chains=True)
+    assert "stay apart however long they run" in slow and "arviz.plot_trace" in slow
+    assert "still on their way" not in slow
+    assert stuck_advice(network, slow_chains=True) == stuck_advice(network)
+    assert stuck_advice(judge(1.05, 30.0, 500.0, 4), slow_chains=True) == ""
+
+
+def test_kept_draws_closer_than_the_autocorrelation_time_ask_for_more_draws_first():
+    """A chain that mixes slower than the largest thinning (100 steps per kept draw) is told
+    that each draw is a fraction of an effective draw and that more draws cure that; where its
+    measurement was short as well, a longer warm-up comes second, for draws that still drift.
+    On a non-centred model of 50 groups the warm-up the short measurement asked for did not
+    help: the chains had arrived, and were slow (``ThinningMeter.thinning_advice``)."""
+    meter = ThinningMeter(33_600, function_space=False)
+    meter.autocorrelation_time, meter.thinning = np.array([648.0, 90.0]), [100, 90]
+    assert meter.capped_chains() == [0] and draws_closer_than_mixing([None, meter])
+    text = meter.thinning_advice()
+    assert "the kept draws are 100 gradient steps apart (the largest thinning)" in text
+    assert "autocorrelation time of 648 steps" in text and "about 0.15 effective draws" in text
+    assert "target_ess=400" in text and "num_steps_per_sample=648" in text
+    assert meter.warmup_advice().count("If each chain's draws still drift") == 1
+    assert measurement_advice([meter]) == text + meter.warmup_advice()
+    verdict = judge(1.112, 46.0, 91.0, 4)
+    told = unconverged_advice("sghmc", verdict, [meter])
+    assert told == text + meter.warmup_advice() + advice("sghmc", verdict, slow_chains=True)
+    too_hot = dataclasses.replace(verdict, statistic="temperature")  # a smaller step first
+    assert unconverged_advice("sghmc", too_hot, [meter]) == ""
+    # thinning within the cap, or a network: nothing about the thinning
+    meter.autocorrelation_time = np.array([95.0, 90.0])
+    assert meter.capped_chains() == [] and meter.thinning_advice() == ""
+    assert not draws_closer_than_mixing([meter])
+    network = ThinningMeter(4000, function_space=True)
+    network.autocorrelation_time, network.thinning = np.array([500.0]), [100]
+    assert network.capped_chains() == [] and network.thinning_advice() == ""
 
 
 def test_a_short_run_warns_and_a_long_one_converges(y):
@@ -574,7 +613,8 @@ def test_an_unconverged_run_that_mixes_slower_than_its_warmup_measured_is_told_s
     monkeypatch.setattr(engine_module, "LONGEST_WARMUP", 1)
     x, y = _collinear_data()
     kernel = SGLD(collinear, batch_size=50, seed=0)
-    told = r"not converged: .*Give warmup_steps=\d+ or more .*the warm-up took 4,000 gradient"
+    told = (r"not converged: .*100 gradient steps apart \(the largest thinning\).* give "
+            r"warmup_steps=\d+ or more .*the warm-up took 4,000 gradient")  # fmt: skip
     with pytest.warns(SamplerWarning, match=told):
         run_chains(kernel, x, y, num_chains=2, num_samples=30, warmup_steps=40)
     with warnings.catch_warnings(record=True) as caught:  # the same chains, one at a time

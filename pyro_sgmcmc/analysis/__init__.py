@@ -17,6 +17,7 @@ module                     job
 :mod:`.export_xarray`      arrays to labelled ``xarray.Dataset`` groups
 :mod:`._arviz`             ArviZ 0.x or 1.x: the one module that knows which
 :mod:`.diagnostics`        convergence report and verdict: R-hat, ESS, divergences
+:mod:`.advice`             what an unconverged run's warning advises beyond a longer run
 :mod:`.rank_diagnostics`   rank-normalised R-hat, bulk and tail ESS of many quantities at once
 :mod:`.function_space`     a run's verdict on parameters or on a network's outputs
 :mod:`.judged_outputs`     the outputs a verdict judges: class probabilities, judged rows

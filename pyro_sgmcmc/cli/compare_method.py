@@ -25,7 +25,8 @@ import pyro
 import torch
 
 from ..analysis import _arviz, metrics
-from ..analysis.diagnostics import advice, convergence_report
+from ..analysis.advice import advice
+from ..analysis.diagnostics import convergence_report
 from ..analysis.export import to_inference_data
 from ..analysis.predictive import (
     ClassificationPrediction,

@@ -22,8 +22,9 @@ r"""What the warm-up chose for each chain, as the kernels' ``diagnostics()`` and
   too cold, which makes a verdict ``converged`` on R-hat and ESS ``not converged``
   (:func:`~pyro_sgmcmc.analysis.diagnostics.with_temperatures`).
 
-:func:`warmup_advice` adds to the warning of an unconverged run the warm-up its measurement of
-the autocorrelation time asks for.
+:func:`unconverged_advice` adds to the warning of an unconverged run what its measurement of the
+autocorrelation time says (:func:`measurement_advice`: kept draws closer than that time, the
+warm-up a short measurement asks for), then the verdict's own advice.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from typing import Any
 
 import torch
 
+from ..analysis.advice import advice
+from ..analysis.diagnostics import Verdict
 from ..dynamics.metric import DenseMetric
 from .controls import coordinate_steps
 from .thinning import ThinningMeter
@@ -41,10 +44,12 @@ from .view import EngineView
 
 __all__ = [
     "any_too_hot",
+    "draws_closer_than_mixing",
     "measured_temperature",
+    "measurement_advice",
     "preconditioner_kind",
     "sampling_report",
-    "warmup_advice",
+    "unconverged_advice",
 ]
 
 
@@ -133,13 +138,34 @@ def preconditioner_kind(engine: EngineView) -> str:
     return "identity" if preconditioner is None else "diagonal"
 
 
-def warmup_advice(meters: Sequence[ThinningMeter | None]) -> str:
-    """For the warning of an unconverged run: the longer warm-up asked for by the measurement of
-    the slowest chain among the thinning meters of its chains
-    (:meth:`~pyro_sgmcmc.engine.thinning.ThinningMeter.warmup_advice`; ``""`` where the
-    thinning was given or nothing was measured)."""
+def measurement_advice(meters: Sequence[ThinningMeter | None]) -> str:
+    """For the warning of an unconverged run, what the measurement of the slowest chain among
+    the thinning meters of its chains says: that its kept draws are closer than its
+    autocorrelation time (:meth:`~pyro_sgmcmc.engine.thinning.ThinningMeter.thinning_advice`),
+    and the longer warm-up a short measurement asks for
+    (:meth:`~pyro_sgmcmc.engine.thinning.ThinningMeter.warmup_advice`); ``""`` where the
+    thinning was given or nothing was measured."""
     measured = [m for m in meters if m is not None and m.autocorrelation_time is not None]
     if not measured:
         return ""
     slowest = max(measured, key=lambda meter: float(meter.autocorrelation_time.max()))
-    return slowest.warmup_advice()
+    return slowest.thinning_advice() + slowest.warmup_advice()
+
+
+def unconverged_advice(
+    algorithm: str, verdict: Verdict, meters: Sequence[ThinningMeter | None]
+) -> str:
+    """What the warning of an unconverged run adds to its verdict: what the chains' measurement
+    says (:func:`measurement_advice`), then the verdict's advice
+    (:func:`~pyro_sgmcmc.analysis.advice.advice`), told whether the kept draws are closer than
+    the chains' autocorrelation time; ``""`` for chains too hot (a smaller step is the cure)."""
+    if verdict.statistic == "temperature":
+        return ""
+    slow = draws_closer_than_mixing(meters)
+    return measurement_advice(meters) + advice(algorithm, verdict, slow)
+
+
+def draws_closer_than_mixing(meters: Sequence[ThinningMeter | None]) -> bool:
+    """Whether some chain's kept draws are closer than the autocorrelation time it measured
+    (:meth:`~pyro_sgmcmc.engine.thinning.ThinningMeter.capped_chains`)."""
+    return any(meter.capped_chains() for meter in meters if meter is not None)

@@ -246,13 +246,55 @@ class ThinningMeter:
         length = self.end - self.start
         slowest = float(np.max(self.autocorrelation_time))
         needed = math.ceil((RELIABLE_LENGTH * slowest + RAMP_STEPS) / (1.0 - MEASURE_FROM))
+        give = (
+            "If each chain's draws still drift (arviz.plot_trace), they had not: give "
+            if self.capped_chains()  # the first cure is then more draws (thinning_advice)
+            else "Give "
+        )
         return (
             f"; the warm-up measured an autocorrelation time of {slowest:,.0f} gradient steps "
             f"over its last {length:,} steps, fewer than the {RELIABLE_LENGTH} autocorrelation "
             "times a measurement needs: the time is likely longer, and the chains may not have "
-            f"arrived when the warm-up ended. Give warmup_steps={needed} or more (warm-up draws: "
-            f"from {MIN_WARMUP_STEPS:,} on, each is one gradient step while the kernel chooses "
-            f"the thinning; the warm-up took {self.end:,} gradient steps)"
+            f"arrived when the warm-up ended. {give}warmup_steps={needed} or more (warm-up "
+            f"draws: from {MIN_WARMUP_STEPS:,} on, each is one gradient step while the kernel "
+            f"chooses the thinning; the warm-up took {self.end:,} gradient steps)"
+        )
+
+    def capped_chains(self) -> list[int]:
+        """The chains whose kept draws are closer than the autocorrelation time they measured:
+        their thinning at its largest, :data:`MAX_THINNING` (never for a network, whose
+        measurement is of the potential, not of its parameters)."""
+        times, thinning = self.autocorrelation_time, self.thinning
+        if self.function_space or times is None or thinning is None:
+            return []
+        return [
+            c
+            for c, (time, steps) in enumerate(zip(times, thinning, strict=True))
+            if steps >= MAX_THINNING and time > steps
+        ]
+
+    def thinning_advice(self) -> str:
+        r"""What to add to the warning of an unconverged run whose kept draws are closer than
+        some chain's autocorrelation time (:meth:`capped_chains`; ``""`` otherwise): each draw
+        is worth a fraction of an effective draw, and more draws are the first cure. On a
+        non-centred model of 50 groups and 10,000 rows (2026-12-07; an autocorrelation time of
+        648 steps), a warm-up six times longer, as the short measurement asked, left
+        :math:`\hat R` at 1.11 and the bulk ESS at 46 for 300 draws per chain, where the chains
+        had arrived (the hyperparameters' means within 0.05 posterior standard deviations of
+        the exact ones)."""
+        capped = self.capped_chains()
+        if not capped:
+            return ""
+        slowest = max(float(self.autocorrelation_time[c]) for c in capped)
+        steps = self.thinning[capped[0]]
+        return (
+            f"; the kept draws are {steps} gradient steps apart (the largest thinning), closer "
+            f"than the autocorrelation time of {slowest:,.0f} steps the warm-up measured: each "
+            f"is worth about {steps / slowest:.2g} effective draws, and chains this slow "
+            "disagree in R-hat until they have run many autocorrelation times, which more draws "
+            "cure: run_chains(kernel, ..., target_ess=400) draws until converged "
+            f"(num_steps_per_sample={math.ceil(slowest)} keeps draws about independent, at the "
+            "same cost per effective draw)"
         )
 
     def state_dict(self) -> dict[str, Any]:

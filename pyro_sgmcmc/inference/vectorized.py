@@ -48,7 +48,7 @@ from .._validation import (
     check_options_not_model_parameters,
     check_positive_int,
 )
-from ..analysis.diagnostics import Verdict, advice, temperature_attrs, with_temperatures
+from ..analysis.diagnostics import Verdict, temperature_attrs, with_temperatures
 from ..analysis.export_checks import checked_test_set
 from ..analysis.function_space import HeldOutOutputDraws, OutputDraws, judged_training_rows
 from ..engine.build import PreparedChains, prepare_chains
@@ -61,7 +61,7 @@ from ..engine.distributed import (
 )
 from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
-from ..engine.report import any_too_hot, sampling_report, warmup_advice
+from ..engine.report import any_too_hot, sampling_report, unconverged_advice
 from ..engine.thinning import ThinningMeter
 from ..errors import CheckpointError, DistributedRunError, SamplerDivergedError
 from ..kernels.base import StochasticGradientKernel
@@ -511,10 +511,8 @@ def _finished(
 
 
 def _warning(rounds: _Rounds, algorithm: str, meter: ThinningMeter | None, verdict: Verdict) -> str:
-    """The end-of-run warning of an unconverged run: the rounds' message, and advice (for
-    chains too hot, the verdict's own: no longer warm-up)."""
-    text = rounds.message(verdict) + advice(algorithm, verdict)
-    return text if verdict.statistic == "temperature" else text + warmup_advice([meter])
+    """An unconverged run's warning: the rounds' message and advice (too hot: the verdict's)."""
+    return rounds.message(verdict) + unconverged_advice(algorithm, verdict, [meter])
 
 
 def _draw_rounds(rounds, chains, recorder, callback, saver, data) -> Verdict:
@@ -615,8 +613,7 @@ class _Saver:
         return time.perf_counter() - self.sampling_start
 
     def after_draw(self, interrupted: int | None) -> None:
-        """Write a checkpoint if one is due; on an interrupt (the signal's number), write one
-        and stop."""
+        """Write a checkpoint if one is due; on an interrupt (its signal), write one and stop."""
         draws = self.chains.engine.draws_done
         if interrupted:
             self.policy.write(self.payload())

@@ -24,7 +24,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from torch.distributions.transforms import Transform
 
 from .._validation import as_tensor_arguments, check_positive_int
-from ..analysis.diagnostics import advice, temperature_attrs, with_temperatures
+from ..analysis.diagnostics import temperature_attrs, with_temperatures
 from ..analysis.function_space import (
     OutputDraws,
     judged_training_rows,
@@ -36,7 +36,7 @@ from ..engine.build import PreparedChains, model_transforms, prepare_chains
 from ..engine.controls import median_steps
 from ..engine.health import warn_all
 from ..engine.recorder import DrawRecorder
-from ..engine.report import sampling_report, warmup_advice
+from ..engine.report import sampling_report, unconverged_advice
 from ..engine.settings import SamplerSettings
 from ..engine.thinning import ThinningMeter
 from ..errors import CheckpointError, SamplerDivergedError
@@ -479,7 +479,7 @@ class StochasticGradientKernel(MCMCKernel):
         reports: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """:meth:`judge_draws` given the model's structure and full data (and the chains'
-        thinning meters, for :func:`~pyro_sgmcmc.engine.report.warmup_advice`, and reports,
+        thinning meters, for :func:`~pyro_sgmcmc.engine.report.unconverged_advice`, and reports,
         whose chains too hot make the verdict ``not converged``, as in the export)."""
         outputs = OutputDraws(structure.model, *data, structure.plate)
         verdict = with_temperatures(
@@ -497,8 +497,8 @@ class StochasticGradientKernel(MCMCKernel):
         if verdict.longer_run_helps:
             text += (" (or use pyro_sgmcmc.run_chains(kernel, ..., target_ess=400), which draws "
                      "until it has)")  # fmt: skip
-        warn_all([text + where_judged(outputs, verdict) + advice(self.algorithm, verdict)
-                  + warmup_advice(meters)])  # fmt: skip
+        warn_all([text + where_judged(outputs, verdict)
+                  + unconverged_advice(self.algorithm, verdict, meters)])  # fmt: skip
 
     def _chains_report(self) -> dict[str, Any]:
         """What the warm-up chose for the current chain (thinning, autocorrelation time)."""
