@@ -116,3 +116,38 @@ def test_plate_axes_leave_subsampled_and_broadcast_axes_unnamed():
     assert "subsampled" not in axes
     assert axes["matrix"] == {0: "outer"}  # the data plate (here "inner") is named elsewhere
     assert "broadcast" not in axes  # its value has size 1 along "outer"
+
+
+def with_extras(y, y_row):
+    """:func:`grouped` with deterministic sites and an observation broadcast over the groups."""
+    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+    with pyro.plate("groups", GROUPS, dim=-1):
+        a = pyro.sample("a", dist.Normal(mu, 1.0))
+        pyro.deterministic("shifted", a + 1.0)
+        with pyro.plate("rows", y.shape[0], dim=-2):
+            pyro.deterministic("mean", a.expand(y.shape))
+            pyro.sample("obs", dist.Normal(a, 1.0), obs=y)
+            pyro.sample("row_obs", dist.Normal(a, 1.0), obs=y_row)  # (rows, 1): broadcast
+
+
+def test_deterministic_broadcast_and_unread_groups_keep_the_names_consistent(y):
+    """A deterministic site is named like the others; an observation broadcast over a plate
+    keeps ``<site>_dim_<k>`` in every group (its draws span the plate, its data do not, and
+    one name with two sizes could not share a dataset with a site that spans it); and the
+    posterior is named whatever groups are asked for."""
+    y_row = y[:, :1].clone()
+    kernel = SGHMC(with_extras, subsample_plate="rows", batch_size=8, **FAST)
+    result = _quiet(run_chains, kernel, y, y_row, num_chains=2, num_samples=5, warmup_steps=2)
+    idata = to_inference_data(result)
+    predictive = _dims(idata, "posterior_predictive")
+    assert predictive["shifted"] == ("chain", "draw", "groups")
+    assert predictive["mean"] == predictive["obs"] == ("chain", "draw", "rows", "groups")
+    assert predictive["row_obs"] == ("chain", "draw", "rows", "row_obs_dim_1")
+    observed = _dims(idata, "observed_data")
+    assert observed["row_obs"] == ("rows", "row_obs_dim_1") and observed["obs"] == (
+        "rows",
+        "groups",
+    )
+    assert idata.observed_data.sizes["row_obs_dim_1"] == 1
+    bare = to_inference_data(result, log_likelihood=False, posterior_predictive=False)
+    assert _dims(bare, "posterior")["a"] == ("chain", "draw", "groups")

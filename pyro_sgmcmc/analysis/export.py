@@ -14,7 +14,8 @@ Groups
 group                          content
 =============================  ==============================================================
 ``posterior``                  constrained draws of every latent site, dims
-                               ``(chain, draw, <site>_dim_0, ...)``
+                               ``(chain, draw, <site>_dim_0, ...)``, an axis that a plate
+                               spans named after the plate
 ``sample_stats``               per-draw statistics, see the table below
 ``log_likelihood``             :math:`\log p(y_i \mid \theta^{(c,s)})` per observation ``i`` of
                                the full training set, one variable per observed site

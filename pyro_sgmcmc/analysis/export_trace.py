@@ -383,6 +383,12 @@ def _run_pass(
     first = {name: value[0, 0] for name, value in draws.items()}
     plate, chunks = _plate_chunks(model, first, args, kwargs, plate_name, chunk_size)
     fast = use_fast_path and want_log_likelihood and hasattr(model, "pointwise_log_likelihood")
+    # the plates' names, from one trace whatever the pass reads (the posterior's dims too), its
+    # draws of the observations left out of the generator's stream (the pass's draws unchanged)
+    with torch.random.fork_rng(devices=[]):
+        first_model = model if chain_models is None else chain_models[0]
+        trace = _trace_rows(first_model, plate, first, args, kwargs, chunks[0])
+    result.plate_axes = plate_axes(trace, plate_name)
     wants = _Wants(
         log_likelihood=want_log_likelihood and not fast,
         predictive=want_predictive,
@@ -404,8 +410,6 @@ def _run_pass(
                     trace = _trace_rows(chain_model, plate, latents, args, kwargs, rows)
                     keep = None if rows is None else len(rows)
                     parts.read(trace, latents, plate_name, wants, k, keep, result.plate_axis)
-                    if parts.first_draw and k == 0:
-                        result.plate_axes = plate_axes(trace, plate_name)
             parts.store(result, want_log_joint)
     if fast and "__single__" in result.log_likelihood:
         _name_the_single_log_likelihood(result, model, first, args, kwargs, plate_name)
@@ -415,27 +419,44 @@ def _run_pass(
 
 
 def plate_axes(trace: poutine.Trace, plate_name: str) -> dict[str, dict[int, str]]:
-    """Per sample site of ``trace``, the axes of its value that a plate other than the data plate
-    ``plate_name`` spans, named after that plate: ``{site: {axis: plate}}``, as NumPyro's ArviZ
-    converter names them. A plate that subsamples and an axis along which the value is
-    broadcast (not of the plate's size) name nothing (the axis keeps ``<site>_dim_<k>``); nor do
-    plates named ``chain`` or ``draw``. (Pyro refuses two plates of one name.)"""
+    """Per sample site of a trace of :func:`_trace_rows`, the axes of its value that a plate
+    other than the data plate ``plate_name`` spans, named after that plate: ``{site: {axis:
+    plate}}``, as NumPyro's ArviZ converter names them. The axis is the plate's dim counted from
+    the value's batch dimensions (from its last dimension for a ``pyro.deterministic`` site,
+    whose dimensions are all event dimensions by default). A plate that subsamples, an axis
+    along which a value is broadcast (not of the plate's size), and an observed site whose
+    observations have another shape than its draws name nothing (the axis keeps
+    ``<site>_dim_<k>`` in every group); nor do plates named ``chain`` or ``draw``. (Pyro refuses
+    two plates of one name.)"""
     axes: dict[str, dict[int, str]] = {}
     for name, site in trace.nodes.items():
-        value, fn = site.get("value"), site.get("fn")
-        if site["type"] != "sample" or site_is_subsample(site) or fn is None:
+        if site["type"] != "sample" or site_is_subsample(site) or site.get("fn") is None:
             continue
-        batch = len(fn.batch_shape)
-        if not isinstance(value, torch.Tensor) or value.dim() != batch + len(fn.event_shape):
+        value = site["value"]
+        observed = site["infer"].get("obs", value) if site["infer"].get("was_observed") else value
+        if not (isinstance(value, torch.Tensor) and isinstance(observed, torch.Tensor)):
+            continue
+        if observed.shape != value.shape:
             continue
         for frame in site["cond_indep_stack"]:
             if frame.name in (plate_name, "chain", "draw") or frame.dim is None:
                 continue
-            axis = batch + frame.dim
+            axis = _other_plate_axis(site, frame)
             full = frame.size if frame.full_size is None else frame.full_size
-            if axis >= 0 and frame.size == full and value.shape[axis] == full:
+            if 0 <= axis < value.dim() and frame.size == full and value.shape[axis] == full:
                 axes.setdefault(name, {})[axis] = frame.name
     return axes
+
+
+def _other_plate_axis(site: Mapping[str, Any], frame: Any) -> int:
+    """The axis of a plate's dim ``frame.dim`` in a site's value: counted from the value's batch
+    dimensions, or from its last for a ``pyro.deterministic`` site, whose dimensions are all
+    event dimensions by default (as :func:`_plate_axis_of_value` places the rows)."""
+    value, fn = site["value"], site["fn"]
+    axis = value.dim() - fn.event_dim + frame.dim
+    if axis < 0 and site["infer"].get("_deterministic", False):
+        axis = value.dim() + frame.dim
+    return axis
 
 
 def _trace_rows(model, plate, latents, args, kwargs, rows) -> Any:

@@ -149,7 +149,9 @@ def measurement_advice(meters: Sequence[ThinningMeter | None]) -> str:
     if not measured:
         return ""
     slowest = max(measured, key=lambda meter: float(meter.autocorrelation_time.max()))
-    return slowest.thinning_advice() + slowest.warmup_advice()
+    capped = [meter for meter in measured if meter.capped_chains()]
+    thinning = max(capped, key=lambda meter: float(meter.sampling_times.max()), default=None)
+    return ("" if thinning is None else thinning.thinning_advice()) + slowest.warmup_advice()
 
 
 def unconverged_advice(
@@ -158,9 +160,12 @@ def unconverged_advice(
     """What the warning of an unconverged run adds to its verdict: what the chains' measurement
     says (:func:`measurement_advice`), then the verdict's advice
     (:func:`~pyro_sgmcmc.analysis.advice.advice`), told whether the kept draws are closer than
-    the chains' autocorrelation time; ``""`` for chains too hot (a smaller step is the cure)."""
+    the chains' autocorrelation time; ``""`` for chains too hot (a smaller step is the cure),
+    and the verdict's advice alone for chains that barely move (their causes come first)."""
     if verdict.statistic == "temperature":
         return ""
+    if verdict.not_moving:
+        return advice(algorithm, verdict)
     slow = draws_closer_than_mixing(meters)
     return measurement_advice(meters) + advice(algorithm, verdict, slow)
 

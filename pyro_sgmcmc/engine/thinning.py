@@ -72,6 +72,10 @@ __all__ = [
 MIN_WARMUP_STEPS = 4000
 #: The largest thinning a kernel chooses (gradient steps per kept draw).
 MAX_THINNING = 100
+#: A chain whose autocorrelation time is at least this many times its thinning, at its largest,
+#: is told that more draws, not a longer warm-up, are the first cure (each kept draw is worth at
+#: most about half an effective draw: :meth:`ThinningMeter.thinning_advice`).
+CAPPED_RATIO = 2.0
 #: The measurement covers the warm-up from this fraction on (the adaptive warm-up's last window,
 #: whose settings are those of the sampling phase) ...
 MEASURE_FROM = 0.75
@@ -119,6 +123,8 @@ class ThinningMeter:
         self.directions: torch.Tensor | None = None
         self.rows: torch.Tensor | None = None
         self.autocorrelation_time: np.ndarray | None = None
+        #: The autocorrelation times under the sampling phase's settings (:meth:`choose`).
+        self.sampling_times: np.ndarray | None = None
         self.thinning: list[int] | None = None
 
     def observe(self, engine: EngineView) -> None:
@@ -181,10 +187,8 @@ class ThinningMeter:
         change = np.ones(len(times))
         if slowdown is not None:
             change = np.maximum(slowdown.detach().reshape(-1).double().cpu().numpy(), 1.0)
-        self.thinning = [
-            int(min(MAX_THINNING, max(1, math.ceil(t * r))))
-            for t, r in zip(times, change, strict=True)
-        ]
+        self.sampling_times = times * change
+        self.thinning = [int(min(MAX_THINNING, max(1, math.ceil(t)))) for t in self.sampling_times]
         return self.thinning
 
     def measure(self) -> np.ndarray | None:
@@ -261,16 +265,18 @@ class ThinningMeter:
         )
 
     def capped_chains(self) -> list[int]:
-        """The chains whose kept draws are closer than the autocorrelation time they measured:
-        their thinning at its largest, :data:`MAX_THINNING` (never for a network, whose
-        measurement is of the potential, not of its parameters)."""
-        times, thinning = self.autocorrelation_time, self.thinning
+        """The chains whose kept draws are much closer than their autocorrelation time (under
+        the sampling phase's settings, :attr:`sampling_times`): their thinning at its largest,
+        :data:`MAX_THINNING`, at most half that time (each draw worth at most about half an
+        effective draw). Never for a network, whose measurement is of the potential, not of
+        its parameters."""
+        times, thinning = self.sampling_times, self.thinning
         if self.function_space or times is None or thinning is None:
             return []
         return [
             c
             for c, (time, steps) in enumerate(zip(times, thinning, strict=True))
-            if steps >= MAX_THINNING and time > steps
+            if steps >= MAX_THINNING and time >= CAPPED_RATIO * steps
         ]
 
     def thinning_advice(self) -> str:
@@ -285,16 +291,15 @@ class ThinningMeter:
         capped = self.capped_chains()
         if not capped:
             return ""
-        slowest = max(float(self.autocorrelation_time[c]) for c in capped)
+        slowest = max(float(self.sampling_times[c]) for c in capped)
         steps = self.thinning[capped[0]]
         return (
             f"; the kept draws are {steps} gradient steps apart (the largest thinning), closer "
-            f"than the autocorrelation time of {slowest:,.0f} steps the warm-up measured: each "
-            f"is worth about {steps / slowest:.2g} effective draws, and chains this slow "
-            "disagree in R-hat until they have run many autocorrelation times, which more draws "
-            "cure: run_chains(kernel, ..., target_ess=400) draws until converged "
-            f"(num_steps_per_sample={math.ceil(slowest)} keeps draws about independent, at the "
-            "same cost per effective draw)"
+            f"than the chains' autocorrelation time of about {slowest:,.0f} steps (measured in "
+            f"warm-up): each is worth about {steps / slowest:.2g} effective draws, and chains "
+            "this slow disagree in R-hat until they have run many autocorrelation times, which "
+            f"more draws cure (num_steps_per_sample={math.ceil(slowest)} keeps draws about "
+            "independent, at the same cost per effective draw)"
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -307,6 +312,9 @@ class ThinningMeter:
             if self.autocorrelation_time is None
             else torch.from_numpy(self.autocorrelation_time),
             "thinning": self.thinning,
+            "sampling_times": None
+            if self.sampling_times is None
+            else torch.from_numpy(self.sampling_times),
             "window": (self.start, self.end),
         }
 
@@ -318,6 +326,8 @@ class ThinningMeter:
         times = state["autocorrelation_time"]
         self.autocorrelation_time = None if times is None else times.numpy()
         self.thinning = None if state["thinning"] is None else list(state["thinning"])
+        times = state.get("sampling_times")  # an earlier checkpoint: the measured times
+        self.sampling_times = self.autocorrelation_time if times is None else times.numpy()
         series = state["series"]
         if isinstance(series, list):  # a checkpoint of the earlier format: one tensor a step
             series = torch.stack(series) if series else torch.zeros(0, 0, 0)
