@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from .diagnostics import Verdict
 
-__all__ = ["APART", "OVERDAMPED_KERNELS", "advice", "frozen_advice", "network_advice",
-           "stuck_advice"]  # fmt: skip
+__all__ = ["APART", "OVERDAMPED_KERNELS", "RICH_GROUPS", "advice", "frozen_advice",
+           "network_advice", "stuck_advice"]  # fmt: skip
 
 #: Kernels whose overdamped Langevin dynamics cross a network's flat directions slowly.
 OVERDAMPED_KERNELS = ("sgld", "psgld")
@@ -85,7 +85,7 @@ def stuck_advice(verdict: Verdict, slow_chains: bool = False) -> str:
             "; chains stuck in their own places (a separate mode, or the neck of a centred "
             "hierarchical model's funnel, which non-centring or NUTS cures) stay apart however "
             "long they run, where slow chains draw together: compare the chains' draws of each "
-            "site (arviz.plot_trace)"
+            "site (arviz.plot_trace)" + RICH_GROUPS
         )
     return (
         "; chains this far apart are either still on their way or each stuck in its own place. "
@@ -98,8 +98,21 @@ def stuck_advice(verdict: Verdict, slow_chains: bool = False) -> str:
         "Stuck: a separate mode, or the neck of a centred hierarchical "
         "model's funnel (a group scale near zero with every member at the group mean), which "
         "a longer run does not cure: write such a model in non-centred form, or sample it with "
-        "NUTS. Compare the chains' draws of each site (arviz.plot_trace)"
+        "NUTS. Compare the chains' draws of each site (arviz.plot_trace)" + RICH_GROUPS
     )
+
+
+#: The other direction of the hierarchical cure, added to :func:`stuck_advice` for parameters:
+#: where every group holds many rows, the data fix each group's value, and a non-centred
+#: model's group mean and effects can only move together. On 20 groups of 500 rows (batches of
+#: 100, four chains of 500 draws after 100 warm-up epochs; 2026-12-07) the non-centred model
+#: ended with R-hat 2.24 and bulk ESS 5 in 66 s, the centred one with R-hat 1.00 and bulk ESS
+#: 1,993 in 12 s.
+RICH_GROUPS = (
+    ". A non-centred hierarchical model whose groups each hold many rows mixes slowly for the "
+    "opposite reason (the data fix each group's value, so its group mean and effects can only "
+    "move together): write that one in centred form"
+)
 
 
 def frozen_advice(verdict: Verdict) -> str:
