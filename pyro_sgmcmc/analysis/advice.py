@@ -12,11 +12,17 @@ from __future__ import annotations
 
 from .diagnostics import Verdict
 
-__all__ = ["APART", "OVERDAMPED_KERNELS", "RICH_GROUPS", "advice", "frozen_advice",
-           "network_advice", "stuck_advice"]  # fmt: skip
+__all__ = ["APART", "NETWORK_ADVICE", "OVERDAMPED_KERNELS", "RICH_GROUPS", "advice",
+           "frozen_advice", "network_advice", "stuck_advice"]  # fmt: skip
 
 #: Kernels whose overdamped Langevin dynamics cross a network's flat directions slowly.
 OVERDAMPED_KERNELS = ("sgld", "psgld")
+#: What :func:`network_advice` adds (a comparison that ran SGHMC too keeps it only where SGHMC
+#: did mix the outputs faster there).
+NETWORK_ADVICE = (
+    "; on networks SGHMC's momentum usually mixes the outputs several times faster "
+    "with the same defaults"
+)
 
 
 def network_advice(algorithm: str, verdict: Verdict) -> str:
@@ -30,10 +36,7 @@ def network_advice(algorithm: str, verdict: Verdict) -> str:
     """
     if verdict.converged or verdict.basis != "f(x)" or algorithm not in OVERDAMPED_KERNELS:
         return ""
-    return (
-        "; on networks SGHMC's momentum usually mixes the outputs several times faster "
-        "with the same defaults"
-    )
+    return NETWORK_ADVICE
 
 
 #: An :math:`\hat R` this many times its bound's distance from 1 (1.1 for parameters, 1.5 for a
