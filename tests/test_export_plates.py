@@ -151,3 +151,5 @@ def test_deterministic_broadcast_and_unread_groups_keep_the_names_consistent(y):
     assert idata.observed_data.sizes["row_obs_dim_1"] == 1
     bare = to_inference_data(result, log_likelihood=False, posterior_predictive=False)
     assert _dims(bare, "posterior")["a"] == ("chain", "draw", "groups")
+    # no group read per draw: the observed rows are named all the same (were obs_dim_0)
+    assert _dims(bare, "observed_data") == observed

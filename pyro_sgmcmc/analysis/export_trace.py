@@ -411,11 +411,27 @@ def _run_pass(
                     keep = None if rows is None else len(rows)
                     parts.read(trace, latents, plate_name, wants, k, keep, result.plate_axis)
             parts.store(result, want_log_joint)
+    if not wants.any:  # no trace read per draw: ``observed_data`` still names its rows
+        result.plate_axis.update(_observed_plate_axes(trace, plate_name))
     if fast and "__single__" in result.log_likelihood:
         _name_the_single_log_likelihood(result, model, first, args, kwargs, plate_name)
     if want_log_likelihood and not result.log_likelihood:
         raise ValueError("the model has no observed site: there is no log-likelihood to export")
     return result
+
+
+def _observed_plate_axes(trace: poutine.Trace, plate_name: str) -> dict[str, int | None]:
+    """Per observed site of a trace of :func:`_trace_rows`, the axis of its observations that
+    the data plate ``plate_name`` spans (``None`` outside it), as :meth:`_DrawParts.read` finds
+    it."""
+    axes: dict[str, int | None] = {}
+    for name, site in trace.nodes.items():
+        if site["type"] != "sample" or site_is_subsample(site):
+            continue
+        if site["infer"].get("was_observed", False):
+            frame = plate_frame(site, plate_name)
+            axes[name] = None if frame is None else _plate_axis_of_value(site, frame)
+    return axes
 
 
 def plate_axes(trace: poutine.Trace, plate_name: str) -> dict[str, dict[int, str]]:
