@@ -18,7 +18,7 @@ Every session installs torch *before* the package. Environment variables:
 
 ``tests`` runs with whatever ArviZ ``arviz>=0.20`` resolves to (0.23 on Python 3.11);
 ``tests-arviz1`` runs the tests that exercise ArviZ on Python 3.12 with ArviZ 1.x
-(``xarray.DataTree`` results, see ``pyro_sgmcmc/_arviz.py``).
+(``xarray.DataTree`` results, see ``pyro_sgmcmc/analysis/_arviz.py``).
 """
 
 from __future__ import annotations
