@@ -994,10 +994,23 @@ def test_a_run_that_cannot_converge_stops_at_ten_times_its_draws(y):
 
 
 @pytest.mark.parametrize(("name", "value"), [("target_ess", 0), ("max_seconds", -1.0),
-                                             ("target_ess", "many")])  # fmt: skip
+                                             ("target_ess", "many"), ("target_ess", True),
+                                             ("max_seconds", float("inf")),
+                                             ("target_ess", float("inf")),
+                                             ("max_seconds", float("nan"))])  # fmt: skip
 def test_bad_budgets_are_refused_by_name(y, name, value):
-    with pytest.raises(ValueError, match=f"{name} must be None or a number > 0"):
+    """Refused before any sampling (an infinite budget used to run the whole run, then end in
+    an OverflowError sizing the next round, the draws lost)."""
+    with pytest.raises(ValueError, match=f"{name} must be None or a finite number > 0"):
         run_chains(SGLD(normal_mean, batch_size=20, seed=0), y, **{name: value})
+
+
+def test_numpy_numbers_are_budgets_too(y):
+    """A budget computed with NumPy (``np.int64``) is a number: it was refused as not one."""
+    kernel = SGLD(normal_mean, batch_size=20, num_steps_per_sample=1, seed=0)
+    result = run_chains(kernel, y, num_chains=2, num_samples=10, warmup_steps=30,
+                        target_ess=np.int64(4), max_seconds=np.float32(30.0))  # fmt: skip
+    assert result.num_draws >= 10
 
 
 # ------------------------------------------------------------------------------- MCMC and networks

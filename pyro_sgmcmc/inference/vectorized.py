@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import numbers
 import os
 import signal
 import time
@@ -540,10 +542,11 @@ def _check_budget(
     target_ess: float | None, max_seconds: float | None
 ) -> tuple[float | None, float | None]:
     for name, value in (("target_ess", target_ess), ("max_seconds", max_seconds)):
-        if value is not None and not (
-            isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-        ):
-            raise ValueError(f"{name} must be None or a number > 0, got {value!r}")
+        if value is not None and not (  # NumPy's numbers too; inf overflowed the round sizes
+            isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0
+        ):  # fmt: skip
+            raise ValueError(f"{name} must be None or a finite number > 0, got {value!r}")
     return (None if target_ess is None else float(target_ess),
             None if max_seconds is None else float(max_seconds))  # fmt: skip
 
